@@ -1,0 +1,59 @@
+# eventide's entry points. Each target installs the Debian packages it needs (as root) or
+# names them (otherwise), configures CMake if needed, builds and runs.
+#
+#   make run        build, then run `eventide demo` (every seed scenario, default device)
+#   make test       build, then run every test (C++ tests, examples)
+#   make bench      build (Release), run the benchmarks, write build/bench/results.md
+#   make sanitize   the tests under ThreadSanitizer, then AddressSanitizer + UBSan
+#   make install    install into PREFIX (default /usr/local)
+
+BUILD     ?= build
+JOBS      ?= $(shell nproc)
+PREFIX    ?= /usr/local
+GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
+CMAKE_ARGS ?=
+CTEST_ARGS ?=
+
+.PHONY: all run test bench sanitize sanitize-thread sanitize-address install deps clean
+
+all: $(BUILD)/.configured
+	cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	@scripts/deps.sh build test bench
+
+$(BUILD)/.configured: | deps
+	cmake -S . -B $(BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	@touch $@
+
+run: all
+	$(BUILD)/tools/eventide demo
+
+test: all
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300 $(CTEST_ARGS)
+
+bench: all
+	scripts/bench.sh $(BUILD)
+
+# The CPU backend under the sanitizers (the CUDA backend is left out there: no GPU).
+sanitize: sanitize-thread sanitize-address
+
+sanitize-thread: deps
+	cmake -S . -B build-tsan -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DEVENTIDE_SANITIZE=thread -DEVENTIDE_WITH_CUDA=OFF -DEVENTIDE_BUILD_BENCHMARKS=OFF
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" OPENBLAS_NUM_THREADS=1 \
+	  ctest --output-on-failure -j $(JOBS) --timeout 600 $(CTEST_ARGS)
+
+sanitize-address: deps
+	cmake -S . -B build-asan -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DEVENTIDE_SANITIZE=address,undefined -DEVENTIDE_WITH_CUDA=OFF -DEVENTIDE_BUILD_BENCHMARKS=OFF
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
+	  ctest --output-on-failure -j $(JOBS) --timeout 600 $(CTEST_ARGS)
+
+install: all
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+clean:
+	rm -rf $(BUILD) build-tsan build-asan

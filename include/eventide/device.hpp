@@ -1,0 +1,80 @@
+// eventide/device.hpp: which device work runs on.
+//
+// A `Device` is a small value: a kind (cpu, cuda) and an index. Constructing one only checks
+// the spelling ("cpu", "cpu:0", "cuda", "cuda:1"); using a device that this machine does not
+// have (creating a tensor or a stream on it) throws `InvalidArgument` naming it and what is
+// available. Thread-safety: a plain value; the free functions may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace eventide {
+
+enum class DeviceKind : std::uint8_t { cpu, cuda };
+
+class Device {
+ public:
+  // The CPU.
+  constexpr Device() noexcept = default;
+  // Parses "cpu", "cpu:0", "cuda" (= "cuda:0") or "cuda:N". Throws InvalidArgument on any
+  // other spelling. Implicit, so that `ev::zeros({2, 2}, ev::DType::f32, "cpu")` reads well.
+  Device(std::string_view spec);   // NOLINT(google-explicit-constructor)
+  Device(const char* spec);        // NOLINT(google-explicit-constructor)
+  Device(const std::string& spec); // NOLINT(google-explicit-constructor)
+
+  static constexpr Device cpu() noexcept { return Device(); }
+  // Throws InvalidArgument for a negative index.
+  static Device cuda(int index = 0);
+
+  constexpr DeviceKind kind() const noexcept { return kind_; }
+  constexpr int index() const noexcept { return index_; }
+  constexpr bool is_cpu() const noexcept { return kind_ == DeviceKind::cpu; }
+  constexpr bool is_cuda() const noexcept { return kind_ == DeviceKind::cuda; }
+
+  // "cpu" or "cuda:N".
+  std::string str() const;
+
+  friend constexpr bool operator==(Device, Device) noexcept = default;
+
+ private:
+  constexpr Device(DeviceKind kind, int index) noexcept : kind_(kind), index_(index) {}
+
+  DeviceKind kind_ = DeviceKind::cpu;
+  int index_ = 0;
+};
+
+std::ostream& operator<<(std::ostream& os, Device device);
+
+// The device ops use when none is given: the EVENTIDE_DEVICE environment variable if set
+// (InvalidArgument if it does not name an available device), else cuda:0 when a GPU is
+// present, else the CPU. Read once, at the first call.
+Device default_device();
+
+// Every device available here, the CPU first.
+std::vector<Device> devices();
+
+// Whether `device` exists on this machine.
+bool is_available(Device device) noexcept;
+
+struct DeviceInfo {
+  Device device;
+  std::string name;         // "cpu" / the GPU's product name
+  std::string description;  // cores, BLAS, memory, ... in words
+};
+
+// Throws InvalidArgument if `device` is not available.
+DeviceInfo device_info(Device device);
+
+}  // namespace eventide
+
+template <>
+struct std::hash<eventide::Device> {
+  std::size_t operator()(eventide::Device d) const noexcept {
+    return (static_cast<std::size_t>(d.kind()) << 16) ^ static_cast<std::size_t>(d.index());
+  }
+};

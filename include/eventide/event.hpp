@@ -1,0 +1,194 @@
+// eventide/event.hpp: events, the way the host, streams and callbacks learn that device work
+// is done and how long it took.
+//
+// State machine
+// -------------
+//               record(...)                 all tied work done
+//     EMPTY ─────────────────────▶ PENDING ─────────────────────▶ FINISHED (or FAILED)
+//       ▲                             ▲                                │
+//       │                             └─────── record(...) ────────────┤
+//       └──────────────────────────── reset() ─────────────────────────┘
+//
+// * A new event is EMPTY: `completed()` is false, and waiting on it is a StateError (it
+//   would never finish).
+// * `record` ties the event to device work: the op that produced a tensor, or everything
+//   enqueued so far on a stream. Records accumulate: the event finishes when all the work
+//   tied since the last `reset` has finished. Recording more work on a FINISHED event makes
+//   it PENDING again.
+// * FAILED is FINISHED with an error: some tied work threw, or was skipped because its
+//   inputs failed. `wait` rethrows that error; `error()` returns it.
+// * `reset` returns to EMPTY; on a PENDING event it is a StateError.
+//
+// A `UserEvent` is finished by host code instead of device work: it starts PENDING, `set()`
+// finishes it and `fail(e)` fails it; streams can wait on it (`Stream::wait`). When the last
+// `UserEvent` handle to an unset event is destroyed, the event fails ("never set"), so that
+// nothing waits on it forever.
+//
+// Thread-safety: every member may be called from any number of threads at once. `Event` is
+// a cheap handle; copies share one event.
+//
+// Memory ordering: everything the tied device work wrote (tensor contents) and everything
+// the host did before `UserEvent::set()` is visible to a thread after `wait()` or a true
+// `poll()` returns, and inside the event's callbacks.
+//
+// Lifetime: dropping the last handle never blocks and never cancels work; callbacks already
+// added still run when the work finishes.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "eventide/detail/callback.hpp"
+#include "eventide/device.hpp"
+
+namespace eventide {
+
+class Tensor;
+class Stream;
+
+namespace detail {
+class EventState;
+class UserEventSetter;
+}  // namespace detail
+
+enum class EventStatus { empty, pending, finished, failed };
+
+std::string_view name(EventStatus status) noexcept;
+
+struct EventOptions {
+  // Keep the device time of tied work, for time_elapsed() and elapsed_time(). Costs nothing
+  // on the CPU; off, those two calls are StateErrors.
+  bool enable_timing = true;
+};
+
+class Event {
+ public:
+  // An EMPTY event whose device is set by its first record.
+  Event();
+  // An EMPTY event bound to `device` (nullopt: set by the first record). Recording work of
+  // another device is an InvalidArgument.
+  explicit Event(std::optional<Device> device, EventOptions options = {});
+
+  // Ties the event to the op that produced (last wrote) `tensor`; that op may already be
+  // done. Never blocks. Throws InvalidArgument for an undefined tensor or a device mismatch.
+  void record(const Tensor& tensor);
+  // Ties the event to all work enqueued so far on `stream`: to its last op, which also
+  // finishes after every earlier one. On a stream with no work, the event is FINISHED at once
+  // and time_elapsed() is 0.
+  void record(const Stream& stream);
+  // record(Stream::current(device)), device being the event's, else the default device.
+  void record();
+
+  // Blocks until the event finishes. Throws StateError if it is EMPTY, or the error of the
+  // failed tied work.
+  void wait() const;
+  // Like wait(), up to `timeout`: true if finished, false on timeout.
+  bool wait_for(std::chrono::nanoseconds timeout) const;
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
+    return wait_for(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout));
+  }
+  // PyTorch's spelling of wait().
+  void synchronize() const { wait(); }
+
+  // Non-blocking: true once all tied work has finished (also when it failed); false when
+  // EMPTY or PENDING. Never throws.
+  bool poll() const noexcept;
+  bool completed() const noexcept { return poll(); }
+  bool query() const noexcept { return poll(); }
+  EventStatus status() const noexcept;
+
+  // The device of the tied work; nullopt until the first record unless given.
+  std::optional<Device> device() const;
+  bool timing_enabled() const noexcept;
+
+  // Device time from the start of the earliest tied op to the end of the latest.
+  // StateError if the event is not FINISHED or timing is disabled; rethrows the error of a
+  // FAILED event.
+  std::chrono::duration<double, std::micro> time_elapsed() const;
+  // Time from this event's completion to `end`'s (PyTorch's meaning; negative if `end`
+  // finished first). Both must be FINISHED, timed and on one device.
+  std::chrono::duration<double, std::milli> elapsed_time(const Event& end) const;
+
+  // The error of the tied work if the event FAILED, else null.
+  std::exception_ptr error() const;
+
+  // Back to EMPTY (and to the device given at construction). StateError while PENDING.
+  void reset();
+
+  // Calls `fn` once when the event finishes (also when it fails), on a runtime thread, never
+  // inside this call; at once (on that thread) if it has already finished. `fn` takes no
+  // arguments and may call any eventide API, including error() on this event. The callable
+  // is moved into the runtime. StateError on an EMPTY event (it would never be called);
+  // InvalidArgument for a null callable.
+  template <class F>
+  void add_callback(F&& fn) {
+    if constexpr (detail::is_nullable_callable<std::decay_t<F>>) {
+      if (fn == nullptr) throw_null_callback();
+    }
+    add_callback_impl(detail::Callback(std::forward<F>(fn)));
+  }
+
+  // "<Event pending on cpu, 2 ops>".
+  std::string str() const;
+
+  friend bool operator==(const Event& a, const Event& b) noexcept { return a.state_ == b.state_; }
+
+  // For the runtime and bindings.
+  const std::shared_ptr<detail::EventState>& state() const noexcept { return state_; }
+
+ protected:
+  explicit Event(std::shared_ptr<detail::EventState> state) noexcept : state_(std::move(state)) {}
+
+ private:
+  void add_callback_impl(detail::Callback fn);
+  [[noreturn]] static void throw_null_callback();
+
+  std::shared_ptr<detail::EventState> state_;
+};
+
+// An event finished by host code. Starts PENDING.
+class UserEvent : public Event {
+ public:
+  UserEvent();
+  explicit UserEvent(std::optional<Device> device, EventOptions options = {});
+
+  // Finishes the event: waiters wake, callbacks run, streams waiting on it go on. Idempotent
+  // once set; StateError if the event has failed.
+  void set();
+  // Fails the event with `error` (non-null): waiters rethrow it, work gated on it fails with
+  // an OpError whose cause() it is. StateError if the event has already finished.
+  void fail(std::exception_ptr error);
+
+  // After set() or fail(), reset() makes the event PENDING again, for the next round.
+  void reset();
+
+ private:
+  std::shared_ptr<detail::UserEventSetter> setter_;
+};
+
+// Blocks until every event has finished. StateError if one is EMPTY; rethrows the first
+// failure in list order once all have finished.
+void wait_all(std::span<const Event> events);
+void wait_all(std::initializer_list<Event> events);
+// Like wait_all, up to `timeout`: false if some event had not finished by then.
+bool wait_all_for(std::span<const Event> events, std::chrono::nanoseconds timeout);
+bool wait_all_for(std::initializer_list<Event> events, std::chrono::nanoseconds timeout);
+
+// Blocks until one of `events` has finished (also if it failed: check its error()) and
+// returns its index, the lowest among those finished; nullopt on timeout. InvalidArgument for
+// an empty list, StateError if one of them is EMPTY.
+std::optional<std::size_t> wait_any(std::span<const Event> events,
+                                    std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
+std::optional<std::size_t> wait_any(std::initializer_list<Event> events,
+                                    std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
+
+}  // namespace eventide

@@ -1,0 +1,33 @@
+// eventide/runtime.hpp: device-wide operations and runtime settings.
+//
+// The runtime starts on first use (devices discovered, no threads yet: each stream's worker
+// and each device's callback thread start with their first work) and stops at process exit,
+// after the work that is running has finished; work still queued then is dropped.
+// Thread-safety: every function may be called from any thread.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <string_view>
+
+#include "eventide/device.hpp"
+
+namespace eventide {
+
+// Blocks until all work enqueued so far on every stream of `device` (of every device, for
+// the first form) has finished. Does not throw for failed ops: their events and tensors
+// carry the errors.
+void synchronize();
+void synchronize(Device device);
+
+// Called, on the callback thread, with the exception a callback threw and a description of
+// where it came from ("callback of <Event finished on cpu, 1 op>"). The default prints both
+// to stderr. A handler that throws is itself reported to stderr. Pass nullptr to restore the
+// default.
+using CallbackErrorHandler = std::function<void(std::exception_ptr error, std::string_view where)>;
+void set_callback_error_handler(CallbackErrorHandler handler);
+
+// "0.1.0".
+std::string_view version() noexcept;
+
+}  // namespace eventide

@@ -1,0 +1,115 @@
+// eventide/stream.hpp: streams, the in-order queues that device work runs on.
+//
+// A stream is a timeline: each op enqueued on it runs after the previous one, and the stream
+// publishes how far it has got. Streams of one device run concurrently. Every op goes to the
+// calling thread's *current stream* of its device: the device's default stream unless a
+// `StreamGuard` says otherwise.
+//
+// * `wait(event)` makes work enqueued later on this stream start only after `event` has
+//   finished; the host does not block. If `event` fails, that later work fails too (with an
+//   OpError whose cause() is the event's error) instead of running: from then on the stream
+//   is *broken*, like a GPU stream after a fault, and `error()` says why. Use another stream.
+// * An op that reads a tensor produced on another stream waits for it by itself.
+//
+// Thread-safety: all members may be called from any thread; ops enqueued from several
+// threads onto one stream run in the order their enqueue calls took effect.
+// Lifetime: `Stream` is a cheap handle; dropping the last one never blocks: work already
+// enqueued runs to the end.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "eventide/detail/callback.hpp"
+#include "eventide/device.hpp"
+#include "eventide/event.hpp"
+
+namespace eventide {
+
+class Tensor;
+
+namespace detail {
+class StreamState;
+}
+
+class Stream {
+ public:
+  // A new stream on `device`. InvalidArgument if the device is not available.
+  explicit Stream(Device device = default_device());
+
+  // The calling thread's current stream for `device` (its default stream unless a
+  // StreamGuard is active on this thread).
+  static Stream current(Device device = default_device());
+  // The stream ops of `device` use when no StreamGuard says otherwise; shared by all threads.
+  static Stream default_stream(Device device = default_device());
+
+  Device device() const;
+  // A number unique among this process's streams.
+  std::uint64_t id() const;
+  // "cpu stream 3".
+  std::string str() const;
+
+  // Later work on this stream starts after `event` has finished. Never blocks. StateError if
+  // `event` is EMPTY (it would never finish). Works with UserEvents.
+  void wait(const Event& event);
+  // PyTorch's spelling of wait(event).
+  void wait_event(const Event& event) { wait(event); }
+  // Later work on this stream starts after the work enqueued so far on `other`.
+  void wait_stream(const Stream& other);
+  // A new event recorded on this stream (PyTorch's Stream.record_event).
+  Event record_event(EventOptions options = {}) const;
+
+  // Non-blocking: true when all work enqueued so far has finished.
+  bool query() const;
+  // Blocks until all work enqueued so far has finished. Does not throw for failed ops (their
+  // events and tensors carry the errors).
+  void synchronize() const;
+  // Why the stream is broken (a wait on a failed event), else null.
+  std::exception_ptr error() const;
+
+  // Enqueues host code `fn` on this stream: it runs after the work enqueued before it and
+  // after the ops that produced `reads` and `writes`, and ops enqueued later that use
+  // `writes` wait for it. If `fn` throws, the returned event fails with an OpError (cause:
+  // what it threw), and so does later work that reads `writes`. `fn` may touch the contents
+  // of `reads` and `writes` (Tensor::data) and nothing else of eventide's memory. On the CPU
+  // it runs on the stream's worker thread. Returns an event recorded on it.
+  template <class F>
+  Event enqueue(std::string name, F&& fn, std::vector<Tensor> reads = {},
+                std::vector<Tensor> writes = {}) {
+    return enqueue_impl(std::move(name), detail::Callback(std::forward<F>(fn)), std::move(reads),
+                        std::move(writes));
+  }
+
+  friend bool operator==(const Stream& a, const Stream& b) noexcept { return a.state_ == b.state_; }
+
+  // For the runtime and bindings.
+  explicit Stream(std::shared_ptr<detail::StreamState> state) noexcept : state_(std::move(state)) {}
+  const std::shared_ptr<detail::StreamState>& state() const noexcept { return state_; }
+
+ private:
+  Event enqueue_impl(std::string name, detail::Callback fn, std::vector<Tensor> reads,
+                     std::vector<Tensor> writes);
+
+  std::shared_ptr<detail::StreamState> state_;
+};
+
+// Makes `stream` the calling thread's current stream for its device for the guard's scope,
+// then restores the previous one. Guards nest. Not movable: it belongs to one scope of one
+// thread.
+class StreamGuard {
+ public:
+  explicit StreamGuard(const Stream& stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  Device device_;
+  Stream previous_;
+};
+
+}  // namespace eventide

@@ -1,0 +1,150 @@
+// eventide/tensor.hpp: tensors and the ops that make them.
+//
+// A `Tensor` is a dense, row-major n-dimensional array on one device, and a cheap handle:
+// copies share the same memory. Every op is asynchronous: it checks its arguments, enqueues
+// the work on the current stream of the device and returns the output tensor at once. The
+// tensor remembers the op that produced it (its *producer*): `Event::record(tensor)` ties an
+// event to that op, `ready()` polls it, `wait()` / `to_vector()` block on it.
+//
+// Errors: argument errors (shape, dtype, device) throw InvalidArgument from the op call
+// itself, and nothing is enqueued. Errors while the work runs make the producer fail: its
+// events fail, and every op that reads the tensor fails with an OpError instead of running.
+//
+// Lifetime: a tensor's memory lives until the last handle is gone *and* every op that reads
+// or writes it has finished; dropping a tensor never blocks.
+// Thread-safety: all members and ops may be called from any thread. The contents are only
+// defined once the producer has finished; read them through to_vector() or after a wait.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "eventide/detail/callback.hpp"
+#include "eventide/device.hpp"
+#include "eventide/dtype.hpp"
+
+namespace eventide {
+
+using Shape = std::vector<std::int64_t>;
+
+namespace detail {
+class TensorState;
+}
+
+class Tensor {
+ public:
+  // An undefined tensor: defined() is false; any other use is an InvalidArgument.
+  Tensor() noexcept = default;
+
+  bool defined() const noexcept { return state_ != nullptr; }
+  const Shape& shape() const;
+  std::int64_t dim() const;
+  std::int64_t numel() const;
+  std::size_t nbytes() const;
+  DType dtype() const;
+  Device device() const;
+
+  // Non-blocking: the producer has finished (also if it failed).
+  bool ready() const;
+  // Blocks until the producer has finished; rethrows its error.
+  void wait() const;
+  // The producer's error once it has failed, else null.
+  std::exception_ptr error() const;
+
+  // Waits for the producer, then copies the contents out. InvalidArgument unless T is the
+  // tensor's dtype (dtype_of<T>); rethrows the producer's error.
+  template <class T>
+  std::vector<T> to_vector() const {
+    std::vector<T> out(static_cast<std::size_t>(numel()));
+    copy_to_host(out.data(), dtype_of<T>);
+    return out;
+  }
+
+  // A copy on `device`, made asynchronously on the current stream of the source device.
+  // The same tensor when it is already there.
+  Tensor to(Device device) const;
+
+  // The memory of a CPU tensor, for code run by Stream::enqueue. No ordering is implied:
+  // only read it after the producer has finished. InvalidArgument for other devices.
+  void* data_ptr() const;
+  template <class T>
+  T* data() const {
+    check_element_type(dtype_of<T>);
+    return static_cast<T*>(data_ptr());
+  }
+
+  // Calls `fn` once when the producer finishes (also if it failed), on a runtime thread.
+  template <class F>
+  void add_completion_callback(F&& fn) const {
+    if constexpr (detail::is_nullable_callable<std::decay_t<F>>) {
+      if (fn == nullptr) throw_null_callback();
+    }
+    add_completion_callback_impl(detail::Callback(std::forward<F>(fn)));
+  }
+
+  // "Tensor(f32[512, 512], cpu, ready)".
+  std::string str() const;
+
+  // For the runtime and bindings.
+  explicit Tensor(std::shared_ptr<detail::TensorState> state) noexcept : state_(std::move(state)) {}
+  const std::shared_ptr<detail::TensorState>& state() const noexcept { return state_; }
+
+ private:
+  void copy_to_host(void* out, DType as) const;
+  void check_element_type(DType as) const;
+  void add_completion_callback_impl(detail::Callback fn) const;
+  [[noreturn]] static void throw_null_callback();
+
+  std::shared_ptr<detail::TensorState> state_;
+};
+
+// Creation. Shapes: every extent >= 0, at most 8 dimensions, else InvalidArgument.
+// rand: uniform in [0, 1); randn: standard normal; both floating dtypes only, drawn from
+// the device's generator (manual_seed), the same values on every device for the same seed.
+Tensor empty(Shape shape, DType dtype = DType::f32, Device device = default_device());
+Tensor zeros(Shape shape, DType dtype = DType::f32, Device device = default_device());
+Tensor ones(Shape shape, DType dtype = DType::f32, Device device = default_device());
+Tensor full(Shape shape, double value, DType dtype = DType::f32, Device device = default_device());
+Tensor rand(Shape shape, DType dtype = DType::f32, Device device = default_device());
+Tensor randn(Shape shape, DType dtype = DType::f32, Device device = default_device());
+
+// Copies `numel(shape)` elements from host memory at once (the caller may reuse `data` as
+// soon as this returns); the tensor is ready when the device's stream reaches the op.
+Tensor from_host(const void* data, Shape shape, DType dtype, Device device = default_device());
+template <class T>
+Tensor from_host(const T* data, Shape shape, Device device = default_device()) {
+  return from_host(static_cast<const void*>(data), std::move(shape), dtype_of<T>, device);
+}
+// As above; InvalidArgument unless data.size() matches the shape.
+template <class T>
+Tensor from_host(const std::vector<T>& data, Shape shape, Device device = default_device()) {
+  check_host_size(data.size(), shape);
+  return from_host(static_cast<const void*>(data.data()), std::move(shape), dtype_of<T>, device);
+}
+void check_host_size(std::size_t count, const Shape& shape);
+
+// (m, k) @ (k, n) -> (m, n), or batched (b, m, k) @ (b, k, n) -> (b, m, n). Both on one
+// device, one dtype (f32 or f64 on the CPU).
+Tensor matmul(const Tensor& a, const Tensor& b);
+// Elementwise; same shape, dtype and device.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+
+// Seeds the generator of `device` (every device if nullopt) for rand and randn.
+void manual_seed(std::uint64_t seed);
+void manual_seed(std::uint64_t seed, Device device);
+
+// Number of elements of a shape. InvalidArgument for a negative extent.
+std::int64_t numel(const Shape& shape);
+// "[512, 512]".
+std::string to_string(const Shape& shape);
+
+}  // namespace eventide

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian packages eventide's build needs, when run as root; otherwise names the
+# missing ones and fails. Usage: scripts/deps.sh [group...]   groups: build test bench python
+set -euo pipefail
+
+declare -A GROUPS=(
+  [build]="cmake ninja-build g++ libopenblas-dev"
+  [test]="libgtest-dev libgmock-dev"
+  [bench]="libbenchmark-dev"
+  [python]="python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-hypothesis"
+)
+
+wanted=()
+for g in "${@:-build}"; do
+  [[ -n "${GROUPS[$g]:-}" ]] || { echo "deps.sh: unknown group '$g'" >&2; exit 2; }
+  wanted+=(${GROUPS[$g]})
+done
+
+missing=()
+for p in "${wanted[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "eventide needs these Debian packages: ${missing[*]}" >&2
+  echo "install them with: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+if ! apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,33 @@
+// The CPU device: streams run by a worker pool (cpu_stream.hpp), memory from the C heap,
+// kernels in plain C++ and OpenBLAS (cpu_kernels.cpp). Device time is the host's
+// steady_clock, taken on the worker right before and after each op's body.
+#pragma once
+
+#include <memory>
+
+#include "backends/cpu/cpu_stream.hpp"
+#include "core/backend.hpp"
+#include "ops/kernels.hpp"
+
+namespace eventide::backends::cpu {
+
+std::unique_ptr<ops::Kernels> make_kernels();
+
+class CpuBackend final : public detail::DeviceBackend {
+ public:
+  CpuBackend();
+  ~CpuBackend() override;
+
+  Device device() const override { return Device::cpu(); }
+  DeviceInfo info() const override;
+  std::shared_ptr<StreamState> create_stream(std::uint64_t id) override;
+  Ref<detail::Storage> allocate(std::size_t bytes) override;
+  ops::Kernels& kernels() override { return *kernels_; }
+  void shutdown() noexcept override { pool_.stop(); }
+
+ private:
+  WorkerPool pool_;
+  std::unique_ptr<ops::Kernels> kernels_;
+};
+
+}  // namespace eventide::backends::cpu

@@ -1,0 +1,227 @@
+// The CPU kernels: elementwise loops the compiler vectorizes, Philox for random numbers,
+// OpenBLAS's CBLAS for matmul. Each enqueues one op whose body captures the storage it
+// touches, so the memory lives until the op has run.
+#include <cblas.h>
+
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <type_traits>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "eventide/errors.hpp"
+#include "ops/half.hpp"
+#include "ops/philox.hpp"
+
+namespace eventide::backends::cpu {
+
+namespace {
+
+using detail::Storage;
+using ops::BinaryOp;
+using ops::RandomKind;
+using ops::TensorState;
+
+[[noreturn]] void unsupported(const char* op, DType dtype, const char* supported) {
+  throw InvalidArgument(std::string(op) + " does not support " + std::string(name(dtype)) +
+                        " on cpu (supported: " + supported + ")");
+}
+
+template <class F>
+void dispatch_numeric(const char* op, DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::i32: return f(std::int32_t{});
+    case DType::i64: return f(std::int64_t{});
+    default: unsupported(op, dtype, "f32, f64, i32, i64");
+  }
+}
+
+// Integer arithmetic wraps (as on GPUs and in NumPy), without signed-overflow UB.
+template <class T>
+T apply(BinaryOp op, T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    U r = op == BinaryOp::add ? static_cast<U>(static_cast<U>(a) + static_cast<U>(b))
+                              : static_cast<U>(static_cast<U>(a) * static_cast<U>(b));
+    return static_cast<T>(r);
+  } else {
+    return op == BinaryOp::add ? a + b : a * b;
+  }
+}
+
+template <class T>
+void binary_loop(BinaryOp op, const T* a, const T* b, T* out, std::int64_t n) {
+  if (op == BinaryOp::add) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = apply(BinaryOp::add, a[i], b[i]);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = apply(BinaryOp::mul, a[i], b[i]);
+  }
+}
+
+template <class T>
+void random_fill(T* out, std::int64_t n, RandomKind kind, std::uint64_t seed, std::uint64_t offset) {
+  namespace px = ops::philox;
+  std::uint32_t r[4];
+  constexpr bool f64 = std::is_same_v<T, double>;
+  if (kind == RandomKind::uniform) {
+    constexpr std::int64_t per_block = f64 ? 2 : 4;
+    for (std::int64_t i = 0; i < n; i += per_block) {
+      px::generate(seed, offset + static_cast<std::uint64_t>(i / per_block), r);
+      for (std::int64_t j = 0; j < per_block && i + j < n; ++j) {
+        if constexpr (f64) {
+          out[i + j] = px::unit_f64(r[2 * j], r[2 * j + 1]);
+        } else {
+          out[i + j] = px::unit_f32(r[j]);
+        }
+      }
+    }
+    return;
+  }
+  constexpr T two_pi = static_cast<T>(2 * std::numbers::pi);
+  for (std::int64_t i = 0; i < n; i += 2) {
+    px::generate(seed, offset + static_cast<std::uint64_t>(i / 2), r);
+    T u1, u2;
+    if constexpr (f64) {
+      u1 = px::open_f64(r[0], r[1]);
+      u2 = px::unit_f64(r[2], r[3]);
+    } else {
+      u1 = px::open_f32(r[0]);
+      u2 = px::unit_f32(r[1]);
+    }
+    T radius = std::sqrt(T(-2) * std::log(u1));
+    out[i] = radius * std::cos(two_pi * u2);
+    if (i + 1 < n) out[i + 1] = radius * std::sin(two_pi * u2);
+  }
+}
+
+class CpuKernels final : public ops::Kernels {
+ public:
+  void fill(StreamState& s, TensorState& out, double value) override {
+    Ref<Storage> mem = out.storage;
+    const std::int64_t n = out.numel;
+    detail::Callback body;
+    switch (out.dtype) {
+      case DType::f16:
+      case DType::bf16: {
+        std::uint16_t bits = out.dtype == DType::f16 ? ops::float_to_f16(static_cast<float>(value))
+                                                     : ops::float_to_bf16(static_cast<float>(value));
+        body = [mem, n, bits] {
+          auto* p = static_cast<std::uint16_t*>(mem->data());
+          for (std::int64_t i = 0; i < n; ++i) p[i] = bits;
+        };
+        break;
+      }
+      default:
+        dispatch_numeric("fill", out.dtype, [&](auto zero) {
+          using T = decltype(zero);
+          if constexpr (std::is_integral_v<T>) {
+            if (!(value >= static_cast<double>(std::numeric_limits<T>::min()) &&
+                  value <= static_cast<double>(std::numeric_limits<T>::max()))) {
+              throw InvalidArgument("full: " + std::to_string(value) + " does not fit in " +
+                                    std::string(name(out.dtype)));
+            }
+          }
+          const T v = static_cast<T>(value);
+          body = [mem, n, v] {
+            T* p = static_cast<T*>(mem->data());
+            for (std::int64_t i = 0; i < n; ++i) p[i] = v;
+          };
+        });
+    }
+    s.launch("fill", {}, {&out}, std::move(body));
+  }
+
+  void random(StreamState& s, TensorState& out, RandomKind kind, std::uint64_t seed,
+              std::uint64_t offset) override {
+    const char* op = kind == RandomKind::uniform ? "rand" : "randn";
+    Ref<Storage> mem = out.storage;
+    const std::int64_t n = out.numel;
+    detail::Callback body;
+    if (out.dtype == DType::f32) {
+      body = [=] { random_fill(static_cast<float*>(mem->data()), n, kind, seed, offset); };
+    } else if (out.dtype == DType::f64) {
+      body = [=] { random_fill(static_cast<double*>(mem->data()), n, kind, seed, offset); };
+    } else {
+      unsupported(op, out.dtype, "f32, f64");
+    }
+    s.launch(op, {}, {&out}, std::move(body));
+  }
+
+  void binary(StreamState& s, BinaryOp op, TensorState& a, TensorState& b,
+              TensorState& out) override {
+    Ref<Storage> ma = a.storage, mb = b.storage, mo = out.storage;
+    const std::int64_t n = out.numel;
+    detail::Callback body;
+    dispatch_numeric(ops::name(op), out.dtype, [&](auto zero) {
+      using T = decltype(zero);
+      body = [=] {
+        binary_loop<T>(op, static_cast<const T*>(ma->data()), static_cast<const T*>(mb->data()),
+                       static_cast<T*>(mo->data()), n);
+      };
+    });
+    s.launch(ops::name(op), {&a, &b}, {&out}, std::move(body));
+  }
+
+  void matmul(StreamState& s, TensorState& a, TensorState& b, TensorState& out) override {
+    if (a.dtype != DType::f32 && a.dtype != DType::f64) unsupported("matmul", a.dtype, "f32, f64");
+    const bool batched = a.shape.size() == 3;
+    const std::int64_t batch = batched ? a.shape[0] : 1;
+    const std::int64_t m = a.shape[batched ? 1 : 0];
+    const std::int64_t k = a.shape[batched ? 2 : 1];
+    const std::int64_t n = b.shape[batched ? 2 : 1];
+    for (std::int64_t d : {m, k, n}) {
+      if (d > INT_MAX) {
+        throw InvalidArgument("matmul: dimension " + std::to_string(d) +
+                              " exceeds the BLAS limit of " + std::to_string(INT_MAX));
+      }
+    }
+    Ref<Storage> ma = a.storage, mb = b.storage, mo = out.storage;
+    const bool f64 = a.dtype == DType::f64;
+    detail::Callback body = [=] {
+      const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+      for (std::int64_t i = 0; i < batch; ++i) {
+        if (m == 0 || n == 0) break;
+        if (f64) {
+          const double* A = static_cast<const double*>(ma->data()) + i * m * k;
+          const double* B = static_cast<const double*>(mb->data()) + i * k * n;
+          double* C = static_cast<double*>(mo->data()) + i * m * n;
+          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0, A, std::max(K, 1),
+                      B, std::max(N, 1), 0.0, C, std::max(N, 1));
+        } else {
+          const float* A = static_cast<const float*>(ma->data()) + i * m * k;
+          const float* B = static_cast<const float*>(mb->data()) + i * k * n;
+          float* C = static_cast<float*>(mo->data()) + i * m * n;
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, std::max(K, 1),
+                      B, std::max(N, 1), 0.0f, C, std::max(N, 1));
+        }
+      }
+    };
+    s.launch("matmul", {&a, &b}, {&out}, std::move(body));
+  }
+
+  void upload(StreamState& s, TensorState& out, const void* host) override {
+    if (out.nbytes() > 0) std::memcpy(out.storage->data(), host, out.nbytes());
+    s.launch("from_host", {}, {&out}, detail::Callback());
+  }
+
+  void download(const TensorState& src, void* host) override {
+    if (src.nbytes() > 0) std::memcpy(host, src.storage->data(), src.nbytes());
+  }
+
+  void copy(StreamState& s, TensorState& src, TensorState& dst) override {
+    Ref<Storage> ms = src.storage, md = dst.storage;
+    const std::size_t bytes = src.nbytes();
+    s.launch("copy", {&src}, {&dst}, [=] {
+      if (bytes > 0) std::memcpy(md->data(), ms->data(), bytes);
+    });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ops::Kernels> make_kernels() { return std::make_unique<CpuKernels>(); }
+
+}  // namespace eventide::backends::cpu

@@ -1,0 +1,47 @@
+// The seam between the core and a backend: what a device must provide.
+//
+// One DeviceBackend per device (the CPU; each CUDA GPU). The core asks it for streams and
+// memory and for its kernels (ops/kernels.hpp: what the ops layer needs); it knows nothing
+// else of the device. Backends are listed in src/backends/registry.cpp: adding one is a new
+// folder and one line there, never an edit of the core.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/ref.hpp"
+#include "eventide/device.hpp"
+
+namespace eventide::ops {
+class Kernels;
+}
+
+namespace eventide::detail {
+
+class StreamState;
+class Storage;
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  virtual Device device() const = 0;
+  virtual DeviceInfo info() const = 0;
+  // A new stream. Cheap: no thread or native object needs to exist before its first op.
+  virtual std::shared_ptr<StreamState> create_stream(std::uint64_t id) = 0;
+  // `bytes` of device memory, freed when the last reference goes. DeviceError if it cannot.
+  virtual Ref<Storage> allocate(std::size_t bytes) = 0;
+  virtual ops::Kernels& kernels() = 0;
+  // Process exit: fail the work still queued, let running work finish, stop threads.
+  virtual void shutdown() noexcept = 0;
+};
+
+// Every device the compiled-in backends find on this machine (src/backends/registry.cpp).
+std::vector<std::unique_ptr<DeviceBackend>> discover_devices();
+
+// Whether a backend for `kind` was compiled in, and why a device is missing, for messages.
+std::string why_unavailable(Device device);
+
+}  // namespace eventide::detail

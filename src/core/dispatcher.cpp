@@ -1,0 +1,113 @@
+#include "core/dispatcher.hpp"
+
+#include <cstdio>
+#include <utility>
+
+#include "core/event_state.hpp"
+#include "core/work.hpp"
+#include "eventide/runtime.hpp"
+
+namespace eventide {
+
+namespace {
+std::mutex& handler_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+CallbackErrorHandler& handler_slot() {
+  static CallbackErrorHandler handler;
+  return handler;
+}
+thread_local bool tls_on_dispatcher = false;
+}  // namespace
+
+void set_callback_error_handler(CallbackErrorHandler handler) {
+  std::lock_guard lock(handler_mutex());
+  handler_slot() = std::move(handler);
+}
+
+namespace detail {
+
+void report_callback_error(std::exception_ptr error, const std::string& where) noexcept {
+  CallbackErrorHandler handler;
+  {
+    std::lock_guard lock(handler_mutex());
+    handler = handler_slot();
+  }
+  if (handler) {
+    try {
+      handler(error, where);
+      return;
+    } catch (...) {
+      std::fprintf(stderr, "eventide: the callback error handler threw: %s\n",
+                   describe_error(std::current_exception()).c_str());
+    }
+  }
+  std::fprintf(stderr, "eventide: %s threw: %s\n", where.c_str(), describe_error(error).c_str());
+}
+
+bool Dispatcher::on_dispatcher_thread() noexcept { return tls_on_dispatcher; }
+
+Dispatcher::~Dispatcher() { stop(); }
+
+void Dispatcher::post(Callback fn, std::shared_ptr<const EventState> source) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;  // process exit: see the header
+    queue_.push_back(Item{std::move(fn), std::move(source)});
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  }
+  parker_->unpark();
+}
+
+void Dispatcher::stop() noexcept {
+  std::thread thread;
+  std::vector<Item> dropped;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    dropped.swap(queue_);
+    thread.swap(thread_);
+  }
+  parker_->unpark();
+  if (thread.joinable()) {
+    if (thread.get_id() == std::this_thread::get_id()) {
+      thread.detach();  // stop() from a callback: the thread ends after it returns
+    } else {
+      thread.join();
+    }
+  }
+  dropped.clear();
+}
+
+void Dispatcher::run() {
+  tls_on_dispatcher = true;
+  std::vector<Item> batch;
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      batch.swap(queue_);
+    }
+    if (batch.empty()) {
+      parker_->park();
+      continue;
+    }
+    for (Item& item : batch) {
+      try {
+        item.fn();
+      } catch (...) {
+        std::string where = "a callback";
+        if (item.source) where = "callback of " + item.source->str();
+        report_callback_error(std::current_exception(), where);
+      }
+      // Destroy the callable here, not under the queue lock: it may own anything.
+      item.fn = Callback();
+      item.source.reset();
+    }
+    batch.clear();
+  }
+}
+
+}  // namespace detail
+}  // namespace eventide

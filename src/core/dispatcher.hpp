@@ -1,0 +1,61 @@
+// Dispatcher: the thread that runs user callbacks for one device (or for host-only events).
+//
+// Callbacks are queued by whoever finishes an event (a stream worker, a GPU watcher, the
+// thread that set a UserEvent) and run here in the order queued, with no runtime lock held,
+// so a callback may call any eventide API, and a slow callback delays other callbacks of its
+// device but no device work. A callback that throws is reported through the callback error
+// handler and the next one runs. The thread starts with the first callback.
+//
+// Thread-safety: post() from any thread. Shutdown: stop() lets the running callback finish,
+// drops those still queued (at process exit they would run against a half-destroyed
+// program), and joins the thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/parker.hpp"
+#include "eventide/detail/callback.hpp"
+
+namespace eventide::detail {
+
+class EventState;
+
+class Dispatcher {
+ public:
+  explicit Dispatcher(std::string name) : name_(std::move(name)) {}
+  ~Dispatcher();
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // Queues `fn`; `source` names it if it throws.
+  void post(Callback fn, std::shared_ptr<const EventState> source);
+  void stop() noexcept;
+
+  // Whether the calling thread is a dispatcher thread (of any device).
+  static bool on_dispatcher_thread() noexcept;
+
+ private:
+  struct Item {
+    Callback fn;
+    std::shared_ptr<const EventState> source;
+  };
+  void run();
+
+  std::string name_;
+  std::mutex mu_;
+  std::vector<Item> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+  Ref<Parker> parker_ = make_ref<Parker>();
+};
+
+// Reports an exception a callback threw, through the handler set by
+// set_callback_error_handler (stderr by default).
+void report_callback_error(std::exception_ptr error, const std::string& where) noexcept;
+
+}  // namespace eventide::detail

@@ -1,0 +1,556 @@
+// Events: EventState (core/event_state.hpp) and the public Event / UserEvent / wait_* API.
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <sstream>
+
+#include "core/event_state.hpp"
+#include "core/runtime.hpp"
+#include "core/stream_state.hpp"
+#include "eventide/errors.hpp"
+#include "eventide/stream.hpp"
+#include "eventide/tensor.hpp"
+#include "core/tensor_state.hpp"
+
+namespace eventide {
+namespace detail {
+
+namespace {
+
+class ArmedListener final : public Listener {
+ public:
+  explicit ArmedListener(std::shared_ptr<EventState> event) : event_(std::move(event)) {}
+  void fire() noexcept override { event_->on_armed_fence_passed(); }
+
+ private:
+  std::shared_ptr<EventState> event_;
+};
+
+std::atomic<std::uint64_t> next_user_event_id{1};
+
+std::string device_name(const std::optional<Device>& d) { return d ? d->str() : "host"; }
+
+}  // namespace
+
+EventState::EventState(std::optional<Device> device, EventOptions options)
+    : fixed_device_(device), device_(device), timing_(options.enable_timing) {}
+
+std::shared_ptr<EventState> EventState::make_user(std::optional<Device> device,
+                                                  EventOptions options) {
+  auto state = std::make_shared<EventState>(device, options);
+  auto user = std::make_unique<UserPart>();
+  user->timeline = make_ref<Timeline>("user event " + std::to_string(next_user_event_id++));
+  user->current = make_ref<Work>(user->timeline, "set", /*timed=*/false);
+  user->current->set_seq(1);
+  state->pending_.push_back(user->current);
+  state->records_ = 1;
+  state->status_.store(EventStatus::pending, std::memory_order_release);
+  state->user_ = std::move(user);
+  return state;
+}
+
+void EventState::fold_locked(const Work& work) {
+  if (work.error() && !error_) error_ = work.error();
+  if (work.timed()) {
+    if (!any_timed_) {
+      min_start_ns_ = work.start_ns();
+      max_end_ns_ = work.end_ns();
+      any_timed_ = true;
+    } else {
+      min_start_ns_ = std::min(min_start_ns_, work.start_ns());
+      max_end_ns_ = std::max(max_end_ns_, work.end_ns());
+    }
+  }
+  if (work.end_ns() != 0) {
+    completion_ns_ = any_completion_ ? std::max(completion_ns_, work.end_ns()) : work.end_ns();
+    any_completion_ = true;
+  }
+}
+
+void EventState::refresh_locked(Actions& actions) {
+  if (status_.load(std::memory_order_relaxed) != EventStatus::pending) return;
+  auto still = std::remove_if(pending_.begin(), pending_.end(), [this](const Ref<Work>& w) {
+    if (!w->done()) return false;
+    fold_locked(*w);
+    return true;
+  });
+  pending_.erase(still, pending_.end());
+  if (pending_.empty()) {
+    status_.store(error_ ? EventStatus::failed : EventStatus::finished, std::memory_order_release);
+    actions.callbacks = std::move(callbacks_);
+    callbacks_.clear();
+    actions.wake = std::move(notifiers_);
+    notifiers_.clear();
+  } else if (!armed_ && (!callbacks_.empty() || !notifiers_.empty())) {
+    armed_ = true;
+    actions.arm = pending_.front();
+  }
+}
+
+void EventState::run(Actions& actions) noexcept {
+  for (auto& p : actions.wake) p->unpark();
+  if (!actions.callbacks.empty()) {
+    try {
+      Dispatcher& d = Runtime::get().dispatcher(device_);
+      for (auto& fn : actions.callbacks) d.post(std::move(fn), shared_from_this());
+    } catch (...) {
+      // The runtime has shut down (process exit): callbacks are dropped, as documented.
+    }
+  }
+  if (actions.arm) {
+    Ref<Work> w = std::move(actions.arm);
+    w->timeline().listen(w->seq(), std::make_unique<ArmedListener>(shared_from_this()));
+  }
+}
+
+void EventState::on_armed_fence_passed() noexcept {
+  Actions actions;
+  {
+    std::lock_guard lock(mu_);
+    armed_ = false;
+    refresh_locked(actions);
+  }
+  run(actions);
+}
+
+void EventState::record(Ref<Work> work, std::optional<Device> device) {
+  Actions actions;
+  {
+    std::lock_guard lock(mu_);
+    if (device) {
+      if (device_ && *device_ != *device) {
+        throw InvalidArgument("cannot record work of " + device->str() + " (" +
+                              work->describe() + ") on an event of " + device_->str() +
+                              ": use one event per device");
+      }
+      device_ = device;
+    }
+    ++records_;
+    if (work->done()) {
+      fold_locked(*work);
+    } else {
+      pending_.push_back(std::move(work));
+    }
+    EventStatus next = !pending_.empty() ? EventStatus::pending
+                       : error_         ? EventStatus::failed
+                                        : EventStatus::finished;
+    status_.store(next, std::memory_order_release);
+    refresh_locked(actions);
+  }
+  run(actions);
+}
+
+void EventState::record_nothing(Device device) {
+  std::lock_guard lock(mu_);
+  if (device_ && *device_ != device) {
+    throw InvalidArgument("cannot record a stream of " + device.str() + " on an event of " +
+                          device_->str() + ": use one event per device");
+  }
+  device_ = device;
+  if (status_.load(std::memory_order_relaxed) == EventStatus::empty) {
+    status_.store(EventStatus::finished, std::memory_order_release);
+  }
+}
+
+bool EventState::poll() noexcept {
+  EventStatus s = status_.load(std::memory_order_acquire);
+  if (s != EventStatus::pending) return s != EventStatus::empty;
+  Actions actions;
+  bool finished;
+  {
+    std::lock_guard lock(mu_);
+    refresh_locked(actions);
+    finished = finished_locked();
+  }
+  run(actions);
+  return finished;
+}
+
+EventStatus EventState::status() noexcept {
+  poll();
+  return status_.load(std::memory_order_acquire);
+}
+
+bool EventState::add_notifier(const Ref<Parker>& parker) {
+  Actions actions;
+  bool added = false;
+  {
+    std::lock_guard lock(mu_);
+    refresh_locked(actions);
+    if (!finished_locked()) {
+      notifiers_.push_back(parker);
+      added = true;
+      if (!armed_ && !pending_.empty()) {
+        armed_ = true;
+        actions.arm = pending_.front();
+      }
+    }
+  }
+  run(actions);
+  return added;
+}
+
+void EventState::remove_notifier(const Parker* parker) noexcept {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(notifiers_.begin(), notifiers_.end(),
+                         [parker](const Ref<Parker>& p) { return p.get() == parker; });
+  if (it != notifiers_.end()) notifiers_.erase(it);
+}
+
+bool EventState::wait_until(const Deadline& deadline) {
+  if (poll()) return true;
+  if (status_.load(std::memory_order_acquire) == EventStatus::empty) {
+    throw StateError("cannot wait on an empty event (" + str() +
+                     "): record work on it first, or it would never finish");
+  }
+  const Ref<Parker>& parker = this_thread_parker();
+  if (!add_notifier(parker)) return true;
+  for (;;) {
+    if (poll()) break;
+    if (status_.load(std::memory_order_acquire) == EventStatus::empty) {
+      remove_notifier(parker.get());
+      throw StateError("the event was reset by another thread while this one waited on it");
+    }
+    if (expired(deadline)) {
+      remove_notifier(parker.get());
+      return false;
+    }
+    parker->park(deadline);
+  }
+  remove_notifier(parker.get());
+  return true;
+}
+
+void EventState::clear_locked() {
+  pending_.clear();
+  min_start_ns_ = max_end_ns_ = completion_ns_ = 0;
+  any_timed_ = any_completion_ = false;
+  error_ = nullptr;
+  records_ = 0;
+  device_ = fixed_device_;
+}
+
+void EventState::reset() {
+  if (user_) {
+    std::lock_guard set_lock(user_->mu);
+    std::lock_guard lock(mu_);
+    Actions unused;
+    refresh_locked(unused);  // a pending event has no actions to run: nothing is lost
+    if (!finished_locked()) {
+      throw StateError("cannot reset " + str() + " while it is pending: set() or fail() it first");
+    }
+    clear_locked();
+    auto next = make_ref<Work>(user_->timeline, "set", /*timed=*/false);
+    next->set_seq(user_->current->seq() + 1);
+    user_->current = next;
+    pending_.push_back(std::move(next));
+    records_ = 1;
+    status_.store(EventStatus::pending, std::memory_order_release);
+    return;
+  }
+  Actions actions;
+  {
+    std::lock_guard lock(mu_);
+    refresh_locked(actions);
+    if (status_.load(std::memory_order_relaxed) == EventStatus::pending) {
+      throw StateError("cannot reset " + str() + " while it is pending: wait for it first");
+    }
+    clear_locked();
+    status_.store(EventStatus::empty, std::memory_order_release);
+  }
+  run(actions);
+}
+
+void EventState::add_callback(Callback fn) {
+  Actions actions;
+  {
+    std::lock_guard lock(mu_);
+    refresh_locked(actions);
+    EventStatus s = status_.load(std::memory_order_relaxed);
+    if (s == EventStatus::empty) {
+      throw StateError("cannot add a callback to an empty event (" + str() +
+                       "): it would never be called; record work on it first");
+    }
+    if (s == EventStatus::pending) {
+      callbacks_.push_back(std::move(fn));
+      if (!armed_) {
+        armed_ = true;
+        actions.arm = pending_.front();
+      }
+    } else {
+      actions.callbacks.push_back(std::move(fn));
+    }
+  }
+  run(actions);
+}
+
+std::exception_ptr EventState::error() {
+  poll();
+  std::lock_guard lock(mu_);
+  return finished_locked() ? error_ : nullptr;
+}
+
+std::optional<Device> EventState::device() {
+  std::lock_guard lock(mu_);
+  return device_;
+}
+
+double EventState::time_elapsed_us() {
+  poll();
+  std::lock_guard lock(mu_);
+  if (!timing_) throw StateError("time_elapsed: " + str() + " was created with timing disabled");
+  if (!finished_locked()) {
+    throw StateError("time_elapsed: " + str() + " has not finished; wait() for it first");
+  }
+  if (error_) std::rethrow_exception(error_);
+  if (!any_timed_) return 0.0;
+  return static_cast<double>(max_end_ns_ - min_start_ns_) / 1e3;
+}
+
+std::int64_t EventState::completion_ns() {
+  poll();
+  std::lock_guard lock(mu_);
+  if (!timing_) throw StateError("elapsed_time: " + str() + " was created with timing disabled");
+  if (!finished_locked()) {
+    throw StateError("elapsed_time: " + str() + " has not finished; wait() for it first");
+  }
+  if (error_) std::rethrow_exception(error_);
+  if (!any_completion_) {
+    throw StateError("elapsed_time: " + str() + " has no completion time: it tied no work");
+  }
+  return completion_ns_;
+}
+
+std::string EventState::str() const {
+  std::lock_guard lock(mu_);
+  std::ostringstream os;
+  os << '<' << (user_ ? "UserEvent " : "Event ") << name(status_.load(std::memory_order_relaxed));
+  if (device_) os << " on " << device_->str();
+  if (!user_) os << ", " << records_ << (records_ == 1 ? " op" : " ops");
+  os << '>';
+  return os.str();
+}
+
+EventState::Snapshot EventState::snapshot() {
+  Actions actions;
+  Snapshot snap;
+  {
+    std::lock_guard lock(mu_);
+    refresh_locked(actions);
+    snap.status = status_.load(std::memory_order_relaxed);
+    snap.pending = pending_;
+    snap.error = error_;
+  }
+  run(actions);
+  return snap;
+}
+
+void EventState::user_finish(std::exception_ptr error, bool is_set) {
+  std::lock_guard set_lock(user_->mu);
+  Work& w = *user_->current;
+  if (w.done()) {
+    if (is_set && !w.error()) return;  // set() twice: idempotent
+    throw StateError(std::string(is_set ? "set" : "fail") + ": " + str() + " has already " +
+                     (w.error() ? "failed" : "been set") + "; reset() it first");
+  }
+  std::int64_t now = host_now_ns();
+  w.set_times(now, now);
+  w.set_error(std::move(error));
+  // Fires listeners inline (this event's own among them); they take mu_, not user_->mu.
+  w.timeline().advance(w.seq());
+}
+
+void EventState::user_set() { user_finish(nullptr, true); }
+
+void EventState::user_fail(std::exception_ptr error) {
+  if (!error) throw InvalidArgument("UserEvent::fail needs an error (got a null exception_ptr)");
+  user_finish(std::move(error), false);
+}
+
+void EventState::user_abandon() noexcept {
+  std::lock_guard set_lock(user_->mu);
+  Work& w = *user_->current;
+  if (w.done()) return;
+  std::int64_t now = host_now_ns();
+  w.set_times(now, now);
+  w.set_error(std::make_exception_ptr(
+      StateError("a UserEvent was destroyed without being set (" + user_->timeline->name() +
+                 "): whatever waited on it can never go on")));
+  w.timeline().advance(w.seq());
+}
+
+}  // namespace detail
+
+// --- Event -------------------------------------------------------------------------------
+
+std::string_view name(EventStatus status) noexcept {
+  switch (status) {
+    case EventStatus::empty: return "empty";
+    case EventStatus::pending: return "pending";
+    case EventStatus::finished: return "finished";
+    case EventStatus::failed: return "failed";
+  }
+  return "?";
+}
+
+Event::Event() : Event(std::nullopt) {}
+
+Event::Event(std::optional<Device> device, EventOptions options)
+    : state_(std::make_shared<detail::EventState>(device, options)) {
+  if (device) detail::Runtime::get().context(*device);  // InvalidArgument if unavailable
+}
+
+void Event::record(const Tensor& tensor) {
+  if (!tensor.defined()) throw InvalidArgument("Event::record: the tensor is undefined");
+  const auto& t = *tensor.state();
+  detail::Ref<detail::Work> producer = t.producer();
+  if (!producer) {
+    state_->record_nothing(t.device);
+    return;
+  }
+  state_->record(std::move(producer), t.device);
+}
+
+void Event::record(const Stream& stream) {
+  const auto& s = *stream.state();
+  detail::Ref<detail::Work> last = s.last_work();
+  if (!last) {
+    state_->record_nothing(s.device());
+    return;
+  }
+  state_->record(std::move(last), s.device());
+}
+
+void Event::record() {
+  std::optional<Device> d = state_->device();
+  record(Stream::current(d ? *d : default_device()));
+}
+
+void Event::wait() const {
+  state_->wait_until(std::nullopt);
+  if (auto e = state_->error()) std::rethrow_exception(e);
+}
+
+bool Event::wait_for(std::chrono::nanoseconds timeout) const {
+  if (!state_->wait_until(detail::deadline_after(timeout))) return false;
+  if (auto e = state_->error()) std::rethrow_exception(e);
+  return true;
+}
+
+bool Event::poll() const noexcept { return state_->poll(); }
+EventStatus Event::status() const noexcept { return state_->status(); }
+std::optional<Device> Event::device() const { return state_->device(); }
+bool Event::timing_enabled() const noexcept { return state_->timing_enabled(); }
+
+std::chrono::duration<double, std::micro> Event::time_elapsed() const {
+  return std::chrono::duration<double, std::micro>(state_->time_elapsed_us());
+}
+
+std::chrono::duration<double, std::milli> Event::elapsed_time(const Event& end) const {
+  auto da = device();
+  auto db = end.device();
+  // Host work (UserEvents) and the CPU share the host clock; devices have their own.
+  auto domain = [](const std::optional<Device>& d) { return d && !d->is_cpu() ? d : std::nullopt; };
+  if (domain(da) != domain(db)) {
+    throw InvalidArgument("elapsed_time: the events are on different devices (" +
+                          (da ? da->str() : "host") + ", " + (db ? db->str() : "host") +
+                          "), whose clocks cannot be compared");
+  }
+  std::int64_t a = state_->completion_ns();
+  std::int64_t b = end.state_->completion_ns();
+  return std::chrono::duration<double, std::milli>(static_cast<double>(b - a) / 1e6);
+}
+
+std::exception_ptr Event::error() const { return state_->error(); }
+void Event::reset() { state_->reset(); }
+void Event::add_callback_impl(detail::Callback fn) { state_->add_callback(std::move(fn)); }
+void Event::throw_null_callback() { throw InvalidArgument("add_callback: the callback is null"); }
+std::string Event::str() const { return state_->str(); }
+
+// --- UserEvent ---------------------------------------------------------------------------
+
+UserEvent::UserEvent() : UserEvent(std::nullopt) {}
+
+UserEvent::UserEvent(std::optional<Device> device, EventOptions options)
+    : Event(detail::EventState::make_user(device, options)) {
+  if (device) detail::Runtime::get().context(*device);
+  setter_ = std::make_shared<detail::UserEventSetter>(state());
+}
+
+void UserEvent::set() { state()->user_set(); }
+void UserEvent::fail(std::exception_ptr error) { state()->user_fail(std::move(error)); }
+void UserEvent::reset() { state()->reset(); }
+
+// --- wait_all / wait_any -----------------------------------------------------------------
+
+namespace {
+
+void check_not_empty(std::span<const Event> events, const char* fn) {
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (events[i].state()->status() == EventStatus::empty) {
+      throw StateError(std::string(fn) + ": event " + std::to_string(i) + " (" + events[i].str() +
+                       ") is empty and would never finish");
+    }
+  }
+}
+
+bool wait_all_until(std::span<const Event> events, const detail::Deadline& deadline) {
+  check_not_empty(events, "wait_all");
+  for (const Event& e : events) {
+    if (!e.state()->wait_until(deadline)) return false;
+  }
+  for (const Event& e : events) {
+    if (auto err = e.state()->error()) std::rethrow_exception(err);
+  }
+  return true;
+}
+
+}  // namespace
+
+void wait_all(std::span<const Event> events) { wait_all_until(events, std::nullopt); }
+void wait_all(std::initializer_list<Event> events) {
+  wait_all(std::span<const Event>(events.begin(), events.size()));
+}
+bool wait_all_for(std::span<const Event> events, std::chrono::nanoseconds timeout) {
+  return wait_all_until(events, detail::deadline_after(timeout));
+}
+bool wait_all_for(std::initializer_list<Event> events, std::chrono::nanoseconds timeout) {
+  return wait_all_for(std::span<const Event>(events.begin(), events.size()), timeout);
+}
+
+std::optional<std::size_t> wait_any(std::span<const Event> events,
+                                    std::optional<std::chrono::nanoseconds> timeout) {
+  if (events.empty()) throw InvalidArgument("wait_any: the list of events is empty");
+  check_not_empty(events, "wait_any");
+  const detail::Deadline deadline = detail::deadline_after(timeout);
+  auto first_done = [&]() -> std::optional<std::size_t> {
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (events[i].poll()) return i;
+    }
+    return std::nullopt;
+  };
+  if (auto i = first_done()) return i;
+  const auto& parker = detail::this_thread_parker();
+  std::size_t registered = 0;
+  auto unregister = [&] {
+    for (std::size_t i = 0; i < registered; ++i) events[i].state()->remove_notifier(parker.get());
+  };
+  std::optional<std::size_t> result;
+  for (; registered < events.size(); ++registered) {
+    if (!events[registered].state()->add_notifier(parker)) break;  // finished meanwhile
+  }
+  for (;;) {
+    if ((result = first_done())) break;
+    if (detail::expired(deadline)) break;
+    parker->park(deadline);
+  }
+  unregister();
+  return result;
+}
+
+std::optional<std::size_t> wait_any(std::initializer_list<Event> events,
+                                    std::optional<std::chrono::nanoseconds> timeout) {
+  return wait_any(std::span<const Event>(events.begin(), events.size()), timeout);
+}
+
+}  // namespace eventide

@@ -1,0 +1,100 @@
+#include "core/parker.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <ctime>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace eventide::detail {
+
+namespace {
+
+long futex(std::atomic<std::uint32_t>& word, int op, std::uint32_t value,
+           const timespec* timeout) noexcept {
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+  return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), op, value, timeout, nullptr,
+                 FUTEX_BITSET_MATCH_ANY);
+}
+
+std::chrono::nanoseconds read_spin_duration() noexcept {
+  if (const char* env = std::getenv("EVENTIDE_SPIN_US")) {
+    char* end = nullptr;
+    long us = std::strtol(env, &end, 10);
+    if (end != env && us >= 0) return std::chrono::microseconds(us);
+  }
+  return std::chrono::microseconds(20);
+}
+
+}  // namespace
+
+std::chrono::nanoseconds spin_duration() noexcept {
+  static const std::chrono::nanoseconds d = read_spin_duration();
+  return d;
+}
+
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                const Deadline& deadline) noexcept {
+  if (!deadline) {
+    futex(word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, nullptr);
+    return;
+  }
+  // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time: steady_clock's clock on Linux.
+  auto since_epoch = deadline->time_since_epoch();
+  if (since_epoch.count() < 0) return;
+  auto secs = std::chrono::duration_cast<std::chrono::seconds>(since_epoch);
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(secs.count());
+  ts.tv_nsec = static_cast<long>(std::chrono::nanoseconds(since_epoch - secs).count());
+  futex(word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, &ts);
+}
+
+void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept {
+  futex(word, FUTEX_WAKE_BITSET | FUTEX_PRIVATE_FLAG, INT32_MAX, nullptr);
+}
+
+void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept {
+  futex(word, FUTEX_WAKE_BITSET | FUTEX_PRIVATE_FLAG, 1, nullptr);
+}
+
+void Parker::park(const Deadline& deadline) noexcept {
+  if (state_.load(std::memory_order_relaxed) == kNotified) {
+    state_.exchange(kEmpty, std::memory_order_acquire);
+    return;
+  }
+  const auto spin = spin_duration();
+  if (spin.count() > 0) {
+    auto spin_end = Clock::now() + spin;
+    if (deadline && *deadline < spin_end) spin_end = *deadline;
+    for (unsigned i = 1;; ++i) {
+      if (state_.load(std::memory_order_relaxed) == kNotified) {
+        state_.exchange(kEmpty, std::memory_order_acquire);
+        return;
+      }
+      cpu_relax();
+      if ((i & 63) == 0 && Clock::now() >= spin_end) break;
+    }
+  }
+  std::uint32_t expected = kEmpty;
+  if (!state_.compare_exchange_strong(expected, kParked, std::memory_order_acquire)) {
+    // A notification arrived after the spin.
+    state_.exchange(kEmpty, std::memory_order_acquire);
+    return;
+  }
+  futex_wait(state_, kParked, deadline);
+  // Woken, timed out or spurious: consume whatever is there and let the caller re-check.
+  state_.exchange(kEmpty, std::memory_order_acquire);
+}
+
+void Parker::unpark() noexcept {
+  if (state_.exchange(kNotified, std::memory_order_release) == kParked) futex_wake_one(state_);
+}
+
+const Ref<Parker>& this_thread_parker() {
+  thread_local const Ref<Parker> parker = make_ref<Parker>();
+  return parker;
+}
+
+}  // namespace eventide::detail

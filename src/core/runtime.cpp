@@ -1,0 +1,225 @@
+#include "core/runtime.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/stream_state.hpp"
+#include "eventide/errors.hpp"
+#include "eventide/runtime.hpp"
+#include "eventide/tensor.hpp"
+
+namespace eventide {
+namespace detail {
+
+// --- DeviceContext -----------------------------------------------------------------------
+
+DeviceContext::DeviceContext(std::unique_ptr<DeviceBackend> backend)
+    : device_(backend->device()), backend_(std::move(backend)), dispatcher_(device_.str()) {}
+
+std::shared_ptr<StreamState> DeviceContext::default_stream() {
+  std::call_once(default_once_, [this] { default_stream_ = create_stream(0); });
+  return default_stream_;
+}
+
+std::shared_ptr<StreamState> DeviceContext::create_stream(std::uint64_t id) {
+  auto stream = backend_->create_stream(id);
+  std::lock_guard lock(mu_);
+  std::erase_if(streams_, [](const std::weak_ptr<StreamState>& w) { return w.expired(); });
+  streams_.push_back(stream);
+  return stream;
+}
+
+std::vector<std::shared_ptr<StreamState>> DeviceContext::live_streams() {
+  std::vector<std::shared_ptr<StreamState>> out;
+  std::lock_guard lock(mu_);
+  for (const auto& w : streams_) {
+    if (auto s = w.lock()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::pair<std::uint64_t, std::uint64_t> DeviceContext::reserve_random(std::uint64_t blocks) {
+  std::lock_guard lock(mu_);
+  auto first = offset_;
+  offset_ += blocks;
+  return {seed_, first};
+}
+
+void DeviceContext::manual_seed(std::uint64_t seed) {
+  std::lock_guard lock(mu_);
+  seed_ = seed;
+  offset_ = 0;
+}
+
+void DeviceContext::shutdown() noexcept {
+  backend_->shutdown();
+  dispatcher_.stop();
+}
+
+// --- Runtime -----------------------------------------------------------------------------
+
+namespace {
+
+std::atomic<Runtime*> g_runtime{nullptr};
+
+// Shuts the runtime down during static destruction, before the libraries it uses (the BLAS,
+// the CUDA runtime) tear themselves down.
+struct ShutdownAtExit {
+  ~ShutdownAtExit() {
+    if (Runtime* r = g_runtime.load()) r->shutdown();
+  }
+};
+
+thread_local std::vector<std::pair<Device, std::shared_ptr<StreamState>>> tls_current;
+
+}  // namespace
+
+Runtime& Runtime::get() {
+  // Leaked on purpose: see the header.
+  static Runtime* runtime = [] {
+    auto* r = new Runtime();
+    g_runtime.store(r);
+    static ShutdownAtExit at_exit;
+    return r;
+  }();
+  return *runtime;
+}
+
+Runtime::Runtime() {
+  for (auto& backend : discover_devices()) {
+    contexts_.push_back(std::make_unique<DeviceContext>(std::move(backend)));
+  }
+}
+
+void Runtime::check_running() const {
+  if (!running_.load(std::memory_order_acquire)) {
+    throw StateError("the eventide runtime has shut down (process exit): no new work");
+  }
+}
+
+DeviceContext* Runtime::find(Device device) noexcept {
+  for (auto& c : contexts_) {
+    if (c->device() == device) return c.get();
+  }
+  return nullptr;
+}
+
+DeviceContext& Runtime::context(Device device) {
+  if (DeviceContext* c = find(device)) return *c;
+  throw InvalidArgument("device " + device.str() + " is not available: " + why_unavailable(device));
+}
+
+std::vector<Device> Runtime::devices() const {
+  std::vector<Device> out;
+  for (const auto& c : contexts_) out.push_back(c->device());
+  return out;
+}
+
+Device Runtime::default_device() {
+  std::call_once(default_device_once_, [this] {
+    try {
+      if (const char* env = std::getenv("EVENTIDE_DEVICE"); env && *env) {
+        Device d;
+        try {
+          d = Device(env);
+        } catch (const InvalidArgument& e) {
+          throw InvalidArgument(std::string("EVENTIDE_DEVICE: ") + e.what());
+        }
+        if (!find(d)) {
+          throw InvalidArgument("EVENTIDE_DEVICE=" + std::string(env) + " is not available: " +
+                                why_unavailable(d));
+        }
+        default_device_ = d;
+      } else if (find(Device::cuda(0))) {
+        default_device_ = Device::cuda(0);
+      } else {
+        default_device_ = Device::cpu();
+      }
+    } catch (...) {
+      default_device_error_ = std::current_exception();
+    }
+  });
+  if (default_device_error_) std::rethrow_exception(default_device_error_);
+  return *default_device_;
+}
+
+Dispatcher& Runtime::dispatcher(const std::optional<Device>& device) {
+  if (device) {
+    if (DeviceContext* c = find(*device)) return c->dispatcher();
+  }
+  return host_dispatcher_;
+}
+
+std::shared_ptr<StreamState> Runtime::create_stream(Device device) {
+  check_running();
+  DeviceContext& c = context(device);
+  return c.create_stream(next_stream_id_.fetch_add(1, std::memory_order_relaxed) + 1);
+}
+
+std::shared_ptr<StreamState> Runtime::current_stream(Device device) {
+  for (const auto& [d, s] : tls_current) {
+    if (d == device && s) return s;
+  }
+  return context(device).default_stream();
+}
+
+void Runtime::shutdown() noexcept {
+  if (!running_.exchange(false)) return;
+  for (auto& c : contexts_) c->shutdown();
+  host_dispatcher_.stop();
+}
+
+std::shared_ptr<StreamState> exchange_current_stream(Device device,
+                                                     std::shared_ptr<StreamState> stream) noexcept {
+  for (auto& [d, s] : tls_current) {
+    if (d == device) return std::exchange(s, std::move(stream));
+  }
+  if (stream) {
+    try {
+      tls_current.emplace_back(device, std::move(stream));
+    } catch (...) {
+      // Out of memory in a guard: the guard's stream is simply not made current.
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace detail
+
+// --- Public runtime functions ------------------------------------------------------------
+
+Device default_device() { return detail::Runtime::get().default_device(); }
+
+std::vector<Device> devices() { return detail::Runtime::get().devices(); }
+
+bool is_available(Device device) noexcept {
+  try {
+    return detail::Runtime::get().find(device) != nullptr;
+  } catch (...) {
+    return false;
+  }
+}
+
+DeviceInfo device_info(Device device) { return detail::Runtime::get().context(device).backend().info(); }
+
+void synchronize() {
+  for (Device d : devices()) synchronize(d);
+}
+
+void synchronize(Device device) {
+  for (auto& s : detail::Runtime::get().context(device).live_streams()) {
+    s->synchronize_until(std::nullopt);
+  }
+}
+
+void manual_seed(std::uint64_t seed) {
+  for (Device d : devices()) manual_seed(seed, d);
+}
+
+void manual_seed(std::uint64_t seed, Device device) {
+  detail::Runtime::get().context(device).manual_seed(seed);
+}
+
+std::string_view version() noexcept { return EVENTIDE_VERSION; }
+
+}  // namespace eventide

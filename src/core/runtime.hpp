@@ -1,0 +1,97 @@
+// Runtime: the process-wide registry of devices, their default streams, their callback
+// threads and random generators, and the calling thread's current streams.
+//
+// It starts at first use (Runtime::get()) and shuts down once, at process exit: streams stop
+// (queued work fails, running work finishes), callback threads stop. Its memory is never
+// freed, so handles that outlive it (a static Tensor) are still safe to destroy; calls that
+// would start new work after shutdown throw StateError.
+//
+// Thread-safety: all members, from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "core/dispatcher.hpp"
+#include "core/stream_state.hpp"
+
+namespace eventide::detail {
+
+class DeviceContext {
+ public:
+  explicit DeviceContext(std::unique_ptr<DeviceBackend> backend);
+
+  Device device() const noexcept { return device_; }
+  DeviceBackend& backend() noexcept { return *backend_; }
+  Dispatcher& dispatcher() noexcept { return dispatcher_; }
+
+  // The stream ops use when no StreamGuard says otherwise (created at first use).
+  std::shared_ptr<StreamState> default_stream();
+  std::shared_ptr<StreamState> create_stream(std::uint64_t id);
+  // Every stream of the device still alive (held by a handle or by pending work).
+  std::vector<std::shared_ptr<StreamState>> live_streams();
+
+  // Reserves `blocks` counter blocks of the generator: returns (seed, first block).
+  std::pair<std::uint64_t, std::uint64_t> reserve_random(std::uint64_t blocks);
+  void manual_seed(std::uint64_t seed);
+
+  void shutdown() noexcept;
+
+ private:
+  const Device device_;
+  std::unique_ptr<DeviceBackend> backend_;
+  Dispatcher dispatcher_;
+  std::once_flag default_once_;
+  std::shared_ptr<StreamState> default_stream_;
+  std::mutex mu_;
+  std::vector<std::weak_ptr<StreamState>> streams_;
+  std::uint64_t seed_ = 0;
+  std::uint64_t offset_ = 0;
+};
+
+class Runtime {
+ public:
+  // The runtime; starts it on first use.
+  static Runtime& get();
+
+  // StateError once the runtime has shut down.
+  void check_running() const;
+
+  // The context of `device`; InvalidArgument if it is not available.
+  DeviceContext& context(Device device);
+  DeviceContext* find(Device device) noexcept;
+  std::vector<Device> devices() const;
+  Device default_device();
+
+  // Where the callbacks of an event on `device` run (host-only events: a host thread).
+  Dispatcher& dispatcher(const std::optional<Device>& device);
+
+  std::shared_ptr<StreamState> create_stream(Device device);
+  std::shared_ptr<StreamState> current_stream(Device device);
+
+  void shutdown() noexcept;
+
+ private:
+  Runtime();
+
+  std::vector<std::unique_ptr<DeviceContext>> contexts_;
+  Dispatcher host_dispatcher_{"host"};
+  std::atomic<std::uint64_t> next_stream_id_{0};
+  std::atomic<bool> running_{true};
+  std::once_flag default_device_once_;
+  std::optional<Device> default_device_;
+  std::exception_ptr default_device_error_;
+};
+
+// Sets the calling thread's current stream for `device` (null: back to the default stream)
+// and returns the previous setting. Needs no runtime (it runs in StreamGuard destructors).
+std::shared_ptr<StreamState> exchange_current_stream(Device device,
+                                                     std::shared_ptr<StreamState> stream) noexcept;
+
+}  // namespace eventide::detail

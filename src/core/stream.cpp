@@ -1,0 +1,250 @@
+// Streams: StreamState (core/stream_state.hpp), the public Stream and StreamGuard, and the
+// execution loop shared by host-run backends.
+#include <utility>
+#include <vector>
+
+#include "core/event_state.hpp"
+#include "core/runtime.hpp"
+#include "core/stream_state.hpp"
+#include "core/tensor_state.hpp"
+#include "eventide/errors.hpp"
+#include "eventide/stream.hpp"
+#include "eventide/tensor.hpp"
+
+namespace eventide {
+namespace detail {
+
+namespace {
+
+class UnparkListener final : public Listener {
+ public:
+  explicit UnparkListener(Ref<Parker> parker) : parker_(std::move(parker)) {}
+  void fire() noexcept override { parker_->unpark(); }
+
+ private:
+  Ref<Parker> parker_;
+};
+
+std::string stream_name(Device device, std::uint64_t id) {
+  return device.str() + " stream " + std::to_string(id);
+}
+
+}  // namespace
+
+StreamState::StreamState(Device device, std::uint64_t id)
+    : device_(device), id_(id), timeline_(make_ref<Timeline>(stream_name(device, id))) {}
+
+StreamState::~StreamState() = default;
+
+void StreamState::submit_locked(const Ref<Work>& work) noexcept {
+  work->set_seq(++enqueued_);
+  last_work_ = work;
+  submit(work);
+}
+
+Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> reads,
+                              std::span<TensorState* const> writes, Callback body, bool timed) {
+  Runtime::get().check_running();
+  auto work = make_ref<Work>(timeline_, std::move(name), timed);
+  work->body() = std::move(body);
+  std::vector<Dep>& deps = work->deps();
+  deps.reserve(reads.size() + writes.size() + 1);
+
+  std::lock_guard lock(submit_mu_);
+  // A successful gate orders nothing any more: drop it so later ops need not check it.
+  if (gate_ && gate_->done() && !gate_->error()) gate_ = nullptr;
+  if (gate_) deps.push_back(Dep{gate_, DepKind::gate});
+  try {
+    for (TensorState* t : reads) t->use_for_read(work, deps);
+    for (TensorState* t : writes) t->use_for_write(work, deps);
+  } catch (...) {
+    // Out of memory half-way through the hazards: some tensors may already name this work,
+    // so it must still finish, in order. It fails instead of running.
+    work->set_error(std::current_exception());
+    work->body() = Callback();
+    submit_locked(work);
+    throw;
+  }
+  submit_locked(work);
+  return work;
+}
+
+void StreamState::wait(EventState& event) {
+  Runtime::get().check_running();
+  EventState::Snapshot snap = event.snapshot();
+  if (snap.status == EventStatus::empty) {
+    throw StateError(name() + ": cannot wait on an empty event (" + event.str() +
+                     "): it would never finish");
+  }
+  auto work = make_ref<Work>(timeline_, "wait", /*timed=*/false);
+  std::vector<Dep>& deps = work->deps();
+  deps.reserve(snap.pending.size() + 1);
+  for (Ref<Work>& w : snap.pending) deps.push_back(Dep{std::move(w), DepKind::waited});
+
+  std::lock_guard lock(submit_mu_);
+  if (gate_) deps.push_back(Dep{gate_, DepKind::gate});
+  if (snap.error) {
+    // Already failed: the wait fails in order, when the stream reaches it.
+    std::string what = name() + ": waits on an event that failed: " +
+                       describe_error(root_cause(snap.error));
+    work->set_error(std::make_exception_ptr(OpError(what, "wait", root_cause(snap.error))));
+  }
+  gate_ = work;
+  submit_locked(work);
+}
+
+Ref<Work> StreamState::last_work() const {
+  std::lock_guard lock(submit_mu_);
+  return last_work_;
+}
+
+bool StreamState::query() const {
+  std::uint64_t target;
+  {
+    std::lock_guard lock(submit_mu_);
+    target = enqueued_;
+  }
+  return timeline_->passed(target);
+}
+
+bool StreamState::synchronize_until(const Deadline& deadline) const {
+  std::uint64_t target;
+  {
+    std::lock_guard lock(submit_mu_);
+    target = enqueued_;
+  }
+  return wait_for_fence(*timeline_, target, deadline);
+}
+
+std::exception_ptr StreamState::error() const {
+  std::lock_guard lock(submit_mu_);
+  if (gate_ && gate_->done()) return gate_->error();
+  return nullptr;
+}
+
+bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline) {
+  if (timeline.passed(seq)) return true;
+  const Ref<Parker>& parker = this_thread_parker();
+  timeline.listen(seq, std::make_unique<UnparkListener>(parker));
+  while (!timeline.passed(seq)) {
+    if (expired(deadline)) return false;
+    parker->park(deadline);
+  }
+  return true;
+}
+
+void execute_work(Work& work, const Ref<Parker>& parker, const std::atomic<bool>& stop) noexcept {
+  // Dependencies on other timelines (same-timeline ones are done: streams run in order).
+  for (const Dep& dep : work.deps()) {
+    Timeline& t = dep.work->timeline();
+    const std::uint64_t seq = dep.work->seq();
+    if (t.passed(seq)) continue;
+    t.listen(seq, std::make_unique<UnparkListener>(parker));
+    while (!t.passed(seq) && !stop.load(std::memory_order_acquire)) parker->park();
+    if (!t.passed(seq)) break;  // shutting down
+  }
+  if (!work.error()) {
+    if (stop.load(std::memory_order_acquire)) {
+      work.set_error(std::make_exception_ptr(
+          StateError(work.describe() + " did not run: the eventide runtime shut down")));
+    } else if (auto e = first_dependency_error(work)) {
+      work.set_error(std::move(e));
+    }
+  }
+  std::int64_t start = host_now_ns();
+  std::int64_t end = start;
+  if (!work.error() && work.body()) {
+    try {
+      work.body()();
+    } catch (const OpError&) {
+      work.set_error(std::current_exception());
+    } catch (...) {
+      std::exception_ptr thrown = std::current_exception();
+      work.set_error(std::make_exception_ptr(OpError(
+          work.describe() + " failed: " + describe_error(thrown), work.describe(), thrown)));
+    }
+    end = host_now_ns();
+  }
+  work.set_times(start, end);
+  work.release_execution_state();
+  work.timeline().advance(work.seq());
+}
+
+}  // namespace detail
+
+// --- Stream ------------------------------------------------------------------------------
+
+Stream::Stream(Device device) : state_(detail::Runtime::get().create_stream(device)) {}
+
+Stream Stream::current(Device device) { return Stream(detail::Runtime::get().current_stream(device)); }
+
+Stream Stream::default_stream(Device device) {
+  return Stream(detail::Runtime::get().context(device).default_stream());
+}
+
+Device Stream::device() const { return state_->device(); }
+std::uint64_t Stream::id() const { return state_->id(); }
+std::string Stream::str() const { return state_->name(); }
+
+void Stream::wait(const Event& event) { state_->wait(*event.state()); }
+
+void Stream::wait_stream(const Stream& other) {
+  if (other.state_ == state_) return;  // a stream is always ordered after itself
+  if (!other.state_->last_work()) return;   // nothing to wait for
+  state_->wait(*other.record_event().state());
+}
+
+Event Stream::record_event(EventOptions options) const {
+  Event e(device(), options);
+  e.record(*this);
+  return e;
+}
+
+bool Stream::query() const { return state_->query(); }
+void Stream::synchronize() const { state_->synchronize_until(std::nullopt); }
+std::exception_ptr Stream::error() const { return state_->error(); }
+
+Event Stream::enqueue_impl(std::string name, detail::Callback fn, std::vector<Tensor> reads,
+                           std::vector<Tensor> writes) {
+  if (!fn) throw InvalidArgument("Stream::enqueue: the function is null");
+  std::vector<detail::TensorState*> r;
+  std::vector<detail::TensorState*> w;
+  std::vector<detail::Ref<detail::Storage>> keep;
+  auto collect = [&](const std::vector<Tensor>& ts, std::vector<detail::TensorState*>& out,
+                     const char* role) {
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      if (!ts[i].defined()) {
+        throw InvalidArgument("Stream::enqueue(\"" + name + "\"): " + role + "[" +
+                              std::to_string(i) + "] is an undefined tensor");
+      }
+      if (ts[i].device() != device()) {
+        throw InvalidArgument("Stream::enqueue(\"" + name + "\"): " + role + "[" +
+                              std::to_string(i) + "] is on " + ts[i].device().str() +
+                              ", the stream on " + device().str());
+      }
+      out.push_back(ts[i].state().get());
+      keep.push_back(ts[i].state()->storage);
+    }
+  };
+  collect(reads, r, "reads");
+  collect(writes, w, "writes");
+  if (name.empty()) name = "enqueue";
+  // The body keeps the memory it touches alive until it has run.
+  detail::Callback body = [fn = std::move(fn), keep = std::move(keep)]() mutable { fn(); };
+  auto work = state_->launch(std::move(name), r, w, std::move(body));
+  Event e(device());
+  e.state()->record(std::move(work), device());
+  return e;
+}
+
+// --- StreamGuard -------------------------------------------------------------------------
+
+StreamGuard::StreamGuard(const Stream& stream)
+    : device_(stream.device()), previous_(detail::exchange_current_stream(stream.device(), stream.state())) {}
+
+StreamGuard::~StreamGuard() {
+  // previous_ may hold no stream: the thread had none set for this device.
+  detail::exchange_current_stream(device_, previous_.state());
+}
+
+}  // namespace eventide

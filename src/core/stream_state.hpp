@@ -1,0 +1,100 @@
+// StreamState: what a Stream handle points to: a timeline and the order of what is enqueued
+// on it. Backends subclass it to run the work (a worker thread, a cudaStream_t).
+//
+// Enqueueing an op (launch) happens under `submit_mu_`: the op gets the next sequence
+// number, registers its tensor hazards and collects its dependencies, and is handed to the
+// backend, in one step, so that the order of sequence numbers is the order of execution.
+// The backend must then finish every Work it was given, in order, each exactly once: run it
+// after its deps, or fail it; that is what makes every fence pass and nothing hang.
+//
+// A wait (barrier) is a Work too, without a body: it finishes when the fences it waits for
+// have passed, failing if one of them failed. The latest barrier is the stream's *gate*:
+// every later op depends on it, so a failed wait fails all later work (the stream is broken).
+//
+// Thread-safety: all members, from any thread.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "core/parker.hpp"
+#include "core/ref.hpp"
+#include "core/timeline.hpp"
+#include "core/work.hpp"
+#include "eventide/detail/callback.hpp"
+#include "eventide/device.hpp"
+
+namespace eventide::detail {
+
+class EventState;
+class TensorState;
+
+class StreamState : public std::enable_shared_from_this<StreamState> {
+ public:
+  StreamState(Device device, std::uint64_t id);
+  virtual ~StreamState();
+  StreamState(const StreamState&) = delete;
+  StreamState& operator=(const StreamState&) = delete;
+
+  Device device() const noexcept { return device_; }
+  std::uint64_t id() const noexcept { return id_; }
+  // "cpu stream 3".
+  const std::string& name() const noexcept { return timeline_->name(); }
+  Timeline& timeline() const noexcept { return *timeline_; }
+
+  // Enqueues an op that reads `reads` and writes `writes` and runs `body` on the backend.
+  // Returns its Work. Throws only before anything is enqueued (StateError after shutdown).
+  Ref<Work> launch(std::string name, std::span<TensorState* const> reads,
+                   std::span<TensorState* const> writes, Callback body, bool timed = true);
+  Ref<Work> launch(std::string name, std::initializer_list<TensorState*> reads,
+                   std::initializer_list<TensorState*> writes, Callback body, bool timed = true) {
+    return launch(std::move(name), std::span<TensorState* const>(reads.begin(), reads.size()),
+                  std::span<TensorState* const>(writes.begin(), writes.size()), std::move(body),
+                  timed);
+  }
+
+  // Enqueues a wait on `event` (snapshot of its tied work now). StateError if it is empty.
+  void wait(EventState& event);
+
+  // The last Work enqueued (null if none): what record(stream) ties an event to.
+  Ref<Work> last_work() const;
+  // All work enqueued so far has finished.
+  bool query() const;
+  // Waits until all work enqueued before the call has finished; false on timeout.
+  bool synchronize_until(const Deadline& deadline) const;
+  // The error of a failed wait (the stream is broken), else null.
+  std::exception_ptr error() const;
+
+ protected:
+  // Takes `work` (sequence number, deps and body set; or an error already set, then it must
+  // only be failed in order) and arranges for it to run. Called under submit_mu_.
+  virtual void submit(Ref<Work> work) noexcept = 0;
+
+ private:
+  // Assigns the next number to `work`, makes it the last work, submits it. Under submit_mu_.
+  void submit_locked(const Ref<Work>& work) noexcept;
+
+  const Device device_;
+  const std::uint64_t id_;
+  const Ref<Timeline> timeline_;
+  mutable std::mutex submit_mu_;
+  std::uint64_t enqueued_ = 0;
+  Ref<Work> last_work_;
+  Ref<Work> gate_;
+};
+
+// Blocks until `timeline` passes `seq`, or the deadline (false).
+bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline);
+
+// Runs a Work the way every host-executed backend does: waits for its deps (parking `parker`
+// while one is outstanding, giving up when `stop` becomes true), fails it if one failed,
+// else runs its body with timing; then releases its execution state and advances its
+// timeline. `now_ns` is the device clock.
+void execute_work(Work& work, const Ref<Parker>& parker, const std::atomic<bool>& stop) noexcept;
+
+}  // namespace eventide::detail

@@ -1,0 +1,33 @@
+#include "core/tensor_state.hpp"
+
+#include <mutex>
+
+namespace eventide::detail {
+
+void TensorState::use_for_read(const Ref<Work>& work, std::vector<Dep>& deps) {
+  std::lock_guard lock(mu_);
+  // Also on the op's own timeline: the producer is done by then (streams run in order), but
+  // its failure must still propagate.
+  if (writer_) deps.push_back(Dep{writer_, DepKind::input});
+  for (Ref<Work>& r : readers_) {
+    if (&r->timeline() == &work->timeline()) {
+      r = work;  // later on the same timeline: finishes after the one it replaces
+      return;
+    }
+  }
+  // Readers that have finished order nothing any more.
+  std::erase_if(readers_, [](const Ref<Work>& r) { return r->done(); });
+  readers_.push_back(work);
+}
+
+void TensorState::use_for_write(const Ref<Work>& work, std::vector<Dep>& deps) {
+  std::lock_guard lock(mu_);
+  if (writer_ && writer_ != work) deps.push_back(Dep{writer_, DepKind::input});
+  for (const Ref<Work>& r : readers_) {
+    if (&r->timeline() != &work->timeline() && !r->done()) deps.push_back(Dep{r, DepKind::order});
+  }
+  readers_.clear();
+  writer_ = work;
+}
+
+}  // namespace eventide::detail

@@ -1,0 +1,94 @@
+// TensorState: what a Tensor handle points to: shape, dtype, memory, and the hazards that
+// order the ops using it.
+//
+// Hazards: `writer_` is the last op that wrote the tensor (its producer) and `readers_` the
+// ops that read it since, at most one per timeline (the latest: a timeline finishes in
+// order). An op that reads waits for the writer; an op that writes waits for the writer and
+// for every reader, so using a tensor from any stream is never a data race.
+//
+// Memory: `storage` is reference-counted, and every op holds a reference until it has
+// finished, so the memory outlives both the handles and the work.
+//
+// Thread-safety: shape, dtype, device and storage never change; the hazards are guarded by
+// a spin lock (held for a few loads and stores, never while calling out).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/ref.hpp"
+#include "core/work.hpp"
+#include "eventide/device.hpp"
+#include "eventide/dtype.hpp"
+#include "eventide/tensor.hpp"
+
+namespace eventide::detail {
+
+// A block of device memory. Backends subclass it to free memory their way.
+class Storage : public RefCounted {
+ public:
+  Storage(void* data, std::size_t bytes, Device device) noexcept
+      : data_(data), bytes_(bytes), device_(device) {}
+  void* data() const noexcept { return data_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+  Device device() const noexcept { return device_; }
+
+ private:
+  void* data_;
+  std::size_t bytes_;
+  Device device_;
+};
+
+class SpinLock {
+ public:
+  void lock() noexcept {
+    while (flag_.exchange(true, std::memory_order_acquire)) {
+      while (flag_.load(std::memory_order_relaxed)) __builtin_ia32_pause();
+    }
+  }
+  void unlock() noexcept { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
+class TensorState {
+ public:
+  TensorState(Shape shape_, DType dtype_, Device device_, Ref<Storage> storage_)
+      : shape(std::move(shape_)),
+        dtype(dtype_),
+        device(device_),
+        numel(eventide::numel(shape)),
+        storage(std::move(storage_)) {}
+
+  const Shape shape;
+  const DType dtype;
+  const Device device;
+  const std::int64_t numel;
+  const Ref<Storage> storage;
+
+  std::size_t nbytes() const noexcept {
+    return static_cast<std::size_t>(numel) * itemsize(dtype);
+  }
+
+  // The op that last wrote the tensor; null for a tensor no op has written (imported memory).
+  Ref<Work> producer() const {
+    std::lock_guard lock(mu_);
+    return writer_;
+  }
+
+  // --- For StreamState::launch, under the stream's submit lock. ---
+  // Registers `work` as reading (writing) this tensor and appends to `deps` what it must
+  // wait for. May throw std::bad_alloc; the launch then fails the work in order.
+  void use_for_read(const Ref<Work>& work, std::vector<Dep>& deps);
+  void use_for_write(const Ref<Work>& work, std::vector<Dep>& deps);
+
+ private:
+  mutable SpinLock mu_;
+  Ref<Work> writer_;
+  std::vector<Ref<Work>> readers_;
+};
+
+}  // namespace eventide::detail

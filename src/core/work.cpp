@@ -1,0 +1,67 @@
+#include "core/work.hpp"
+
+#include <chrono>
+
+#include "eventide/errors.hpp"
+
+namespace eventide::detail {
+
+std::string Work::describe() const {
+  return name_ + "#" + std::to_string(seq_) + " on " + timeline_->name();
+}
+
+std::string describe_error(const std::exception_ptr& error) {
+  if (!error) return "no error";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception not derived from std::exception";
+  }
+}
+
+std::exception_ptr root_cause(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const OpError& e) {
+    if (e.cause()) return e.cause();
+  } catch (...) {
+  }
+  return error;
+}
+
+std::exception_ptr dependency_error(const Work& work, const Dep& dep) {
+  std::string why;
+  switch (dep.kind) {
+    case DepKind::input:
+      why = "a tensor it uses was produced by " + dep.work->describe() + ", which failed";
+      break;
+    case DepKind::gate:
+    case DepKind::waited:
+      why = "its stream waits on an event whose work failed (" + dep.work->describe() + ")";
+      break;
+    case DepKind::order:
+      why = "ordering dependency " + dep.work->describe() + " failed";
+      break;
+  }
+  const std::exception_ptr& cause = dep.work->error();
+  return std::make_exception_ptr(OpError(work.describe() + " did not run: " + why + ": " +
+                                             describe_error(root_cause(cause)),
+                                         work.describe(), root_cause(cause)));
+}
+
+std::exception_ptr first_dependency_error(const Work& work) {
+  for (const Dep& dep : work.deps()) {
+    if (dep.kind != DepKind::order && dep.work->error()) return dependency_error(work, dep);
+  }
+  return nullptr;
+}
+
+std::int64_t host_now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace eventide::detail

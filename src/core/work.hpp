@@ -1,0 +1,104 @@
+// Work: one op (or barrier, or host-set step) on a timeline.
+//
+// A Work is created when an op is enqueued, gets the next sequence number of its stream's
+// timeline, and is finished when that timeline passes its number. Before the timeline passes,
+// the executor writes the outcome: `error` (null on success) and, for timed work, the device
+// time of its start and end. After it has passed (completed() acquire), anyone may read them;
+// they never change again.
+//
+// Tensors remember the Work that produced them, events hold the Works they are tied to, and
+// ops hold the Works they depend on (`deps`), so a Work lives as long as any of those.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "core/ref.hpp"
+#include "core/timeline.hpp"
+#include "eventide/detail/callback.hpp"
+
+namespace eventide::detail {
+
+class Work;
+
+enum class DepKind : std::uint8_t {
+  input,   // reads or writes a tensor another op produced: its failure propagates
+  gate,    // the stream's latest wait: its failure propagates (the stream is broken)
+  waited,  // a fence a wait (barrier) is waiting for: its failure propagates
+  order,   // only ordering (a later write after a read): no failure propagates
+};
+
+struct Dep {
+  Ref<Work> work;
+  DepKind kind;
+};
+
+class Work final : public RefCounted {
+ public:
+  Work(Ref<Timeline> timeline, std::string name, bool timed)
+      : timeline_(std::move(timeline)), name_(std::move(name)), timed_(timed) {}
+
+  Timeline& timeline() const noexcept { return *timeline_; }
+  const Ref<Timeline>& timeline_ref() const noexcept { return timeline_; }
+  std::uint64_t seq() const noexcept { return seq_; }
+  bool done() const noexcept { return timeline_->passed(seq_); }
+  // Whether the work has device time of its own (ops do; waits and host steps do not).
+  bool timed() const noexcept { return timed_; }
+
+  // Valid once done().
+  const std::exception_ptr& error() const noexcept { return error_; }
+  std::int64_t start_ns() const noexcept { return start_ns_; }
+  std::int64_t end_ns() const noexcept { return end_ns_; }
+
+  // "matmul#3 on cpu stream 1".
+  std::string describe() const;
+  const std::string& name() const noexcept { return name_; }
+
+  // --- For the stream that owns it, before the work is finished. ---
+  void set_seq(std::uint64_t seq) noexcept { seq_ = seq; }
+  void set_error(std::exception_ptr e) noexcept { error_ = std::move(e); }
+  void set_times(std::int64_t start_ns, std::int64_t end_ns) noexcept {
+    start_ns_ = start_ns;
+    end_ns_ = end_ns;
+  }
+  std::vector<Dep>& deps() noexcept { return deps_; }
+  const std::vector<Dep>& deps() const noexcept { return deps_; }
+  Callback& body() noexcept { return body_; }
+  // Drops the body and deps once the work has run: they hold memory (tensor storage) that
+  // the op no longer needs.
+  void release_execution_state() noexcept {
+    body_ = Callback();
+    deps_.clear();
+    deps_.shrink_to_fit();
+  }
+  // Intrusive link for a backend's queue.
+  Work* next = nullptr;
+
+ private:
+  Ref<Timeline> timeline_;
+  std::uint64_t seq_ = 0;
+  std::string name_;
+  bool timed_;
+  std::exception_ptr error_;
+  std::int64_t start_ns_ = 0;
+  std::int64_t end_ns_ = 0;
+  std::vector<Dep> deps_;
+  Callback body_;
+};
+
+// The error a Work gets when it is skipped because `dep` failed, naming both.
+std::exception_ptr dependency_error(const Work& work, const Dep& dep);
+// The first error among deps whose failure propagates, as dependency_error; null if none.
+// Every dep must be done.
+std::exception_ptr first_dependency_error(const Work& work);
+// The root cause: the cause() of an OpError, else the error itself.
+std::exception_ptr root_cause(const std::exception_ptr& error);
+// what() of an exception_ptr, for messages.
+std::string describe_error(const std::exception_ptr& error);
+
+// Monotonic nanoseconds of the host clock (steady_clock): the CPU device's time base.
+std::int64_t host_now_ns() noexcept;
+
+}  // namespace eventide::detail

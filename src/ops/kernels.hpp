@@ -1,0 +1,48 @@
+// The kernels a backend provides, as the ops layer calls them.
+//
+// The ops layer (src/ops) checks arguments that hold on every device (shapes, matching
+// dtypes and devices), allocates outputs and picks the stream; a backend's Kernels checks
+// what is particular to it (which dtypes it supports: InvalidArgument) and enqueues the op
+// through StreamState::launch. Every method enqueues exactly one op or throws before
+// enqueueing anything.
+#pragma once
+
+#include <cstdint>
+
+#include "core/stream_state.hpp"
+#include "core/tensor_state.hpp"
+
+namespace eventide::ops {
+
+using detail::StreamState;
+using detail::TensorState;
+
+enum class BinaryOp { add, mul };
+enum class RandomKind { uniform, normal };
+
+const char* name(BinaryOp op) noexcept;
+
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+
+  // Every element of `out` = value (converted to out's dtype).
+  virtual void fill(StreamState& s, TensorState& out, double value) = 0;
+  // Philox-4x32-10 numbers (ops/philox.hpp), from counter block `offset` on.
+  virtual void random(StreamState& s, TensorState& out, RandomKind kind, std::uint64_t seed,
+                      std::uint64_t offset) = 0;
+  // out = a (op) b, elementwise; shapes and dtypes already match.
+  virtual void binary(StreamState& s, BinaryOp op, TensorState& a, TensorState& b,
+                      TensorState& out) = 0;
+  // out = a @ b; shapes already checked (2-D, or 3-D with one batch size).
+  virtual void matmul(StreamState& s, TensorState& a, TensorState& b, TensorState& out) = 0;
+  // Copies out.nbytes() from `host` into `out`: from `host` before returning (the caller may
+  // reuse it), into `out` when the stream reaches the op.
+  virtual void upload(StreamState& s, TensorState& out, const void* host) = 0;
+  // Copies `src`, whose producer has finished, into `host` (blocking).
+  virtual void download(const TensorState& src, void* host) = 0;
+  // dst = src, both on this device.
+  virtual void copy(StreamState& s, TensorState& src, TensorState& dst) = 0;
+};
+
+}  // namespace eventide::ops

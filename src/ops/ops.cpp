@@ -1,0 +1,215 @@
+// The ops: argument checks that hold on every device, output allocation, and dispatch to
+// the device's kernels on the calling thread's current stream.
+#include <limits>
+#include <sstream>
+
+#include "core/runtime.hpp"
+#include "core/tensor_state.hpp"
+#include "eventide/errors.hpp"
+#include "eventide/tensor.hpp"
+#include "ops/kernels.hpp"
+#include "ops/philox.hpp"
+
+namespace eventide {
+
+namespace ops {
+const char* name(BinaryOp op) noexcept { return op == BinaryOp::add ? "add" : "mul"; }
+}  // namespace ops
+
+namespace {
+
+using detail::TensorState;
+
+constexpr std::size_t kMaxDims = 8;
+
+void check_shape(const char* op, const Shape& shape, DType dtype) {
+  if (shape.size() > kMaxDims) {
+    throw InvalidArgument(std::string(op) + ": shape " + to_string(shape) + " has " +
+                          std::to_string(shape.size()) + " dimensions; at most " +
+                          std::to_string(kMaxDims) + " are supported");
+  }
+  std::int64_t total = 1;
+  for (std::int64_t d : shape) {
+    if (d < 0) {
+      throw InvalidArgument(std::string(op) + ": shape " + to_string(shape) +
+                            " has a negative extent");
+    }
+    if (d != 0 && total > std::numeric_limits<std::int64_t>::max() /
+                              static_cast<std::int64_t>(itemsize(dtype)) / d) {
+      throw InvalidArgument(std::string(op) + ": shape " + to_string(shape) +
+                            " is too large to address");
+    }
+    total *= d;
+  }
+}
+
+struct Target {
+  detail::DeviceContext& ctx;
+  std::shared_ptr<detail::StreamState> stream;
+};
+
+Target target(Device device) {
+  auto& rt = detail::Runtime::get();
+  rt.check_running();
+  detail::DeviceContext& ctx = rt.context(device);
+  return Target{ctx, rt.current_stream(device)};
+}
+
+std::shared_ptr<TensorState> new_tensor(detail::DeviceContext& ctx, Shape shape, DType dtype) {
+  std::size_t bytes = static_cast<std::size_t>(numel(shape)) * itemsize(dtype);
+  auto storage = ctx.backend().allocate(bytes);
+  return std::make_shared<TensorState>(std::move(shape), dtype, ctx.device(), std::move(storage));
+}
+
+TensorState& check_defined(const Tensor& t, const char* op, const char* which) {
+  if (!t.defined()) throw InvalidArgument(std::string(op) + ": " + which + " is an undefined tensor");
+  return *t.state();
+}
+
+void check_same(const char* op, const TensorState& a, const TensorState& b) {
+  if (a.device != b.device) {
+    throw InvalidArgument(std::string(op) + ": the tensors are on different devices (" +
+                          a.device.str() + ", " + b.device.str() + "); move one with .to()");
+  }
+  if (a.dtype != b.dtype) {
+    throw InvalidArgument(std::string(op) + ": the dtypes differ (" + std::string(name(a.dtype)) +
+                          ", " + std::string(name(b.dtype)) + ")");
+  }
+}
+
+template <class Enqueue>
+Tensor create(const char* op, Shape shape, DType dtype, Device device, Enqueue&& enqueue) {
+  check_shape(op, shape, dtype);
+  Target t = target(device);
+  auto out = new_tensor(t.ctx, std::move(shape), dtype);
+  enqueue(t, *out);
+  return Tensor(std::move(out));
+}
+
+Tensor random(const char* op, Shape shape, DType dtype, Device device, ops::RandomKind kind) {
+  if (!is_floating(dtype)) {
+    throw InvalidArgument(std::string(op) + ": needs a floating dtype, got " +
+                          std::string(name(dtype)));
+  }
+  return create(op, std::move(shape), dtype, device, [&](Target& t, TensorState& out) {
+    auto [seed, offset] = t.ctx.reserve_random(ops::philox::blocks_for(
+        out.numel, dtype == DType::f64, kind == ops::RandomKind::normal));
+    t.ctx.backend().kernels().random(*t.stream, out, kind, seed, offset);
+  });
+}
+
+}  // namespace
+
+// --- Shapes ------------------------------------------------------------------------------
+
+std::int64_t numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (d < 0) throw InvalidArgument("shape " + to_string(shape) + " has a negative extent");
+    n *= d;
+  }
+  return n;
+}
+
+std::string to_string(const Shape& shape) {
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << ']';
+  return os.str();
+}
+
+void check_host_size(std::size_t count, const Shape& shape) {
+  if (static_cast<std::int64_t>(count) != numel(shape)) {
+    throw InvalidArgument("from_host: " + std::to_string(count) + " elements given, shape " +
+                          to_string(shape) + " needs " + std::to_string(numel(shape)));
+  }
+}
+
+// --- Creation ----------------------------------------------------------------------------
+
+Tensor empty(Shape shape, DType dtype, Device device) {
+  return create("empty", std::move(shape), dtype, device,
+                [](Target& t, TensorState& out) {
+                  // No work, but an op all the same: the memory is the stream's from here on,
+                  // and a consumer on another stream orders itself after it.
+                  t.stream->launch("empty", {}, {&out}, detail::Callback());
+                });
+}
+
+Tensor full(Shape shape, double value, DType dtype, Device device) {
+  return create("full", std::move(shape), dtype, device,
+                [value](Target& t, TensorState& out) {
+                  t.ctx.backend().kernels().fill(*t.stream, out, value);
+                });
+}
+
+Tensor zeros(Shape shape, DType dtype, Device device) {
+  return full(std::move(shape), 0.0, dtype, device);
+}
+
+Tensor ones(Shape shape, DType dtype, Device device) {
+  return full(std::move(shape), 1.0, dtype, device);
+}
+
+Tensor rand(Shape shape, DType dtype, Device device) {
+  return random("rand", std::move(shape), dtype, device, ops::RandomKind::uniform);
+}
+
+Tensor randn(Shape shape, DType dtype, Device device) {
+  return random("randn", std::move(shape), dtype, device, ops::RandomKind::normal);
+}
+
+Tensor from_host(const void* data, Shape shape, DType dtype, Device device) {
+  check_shape("from_host", shape, dtype);
+  if (!data && numel(shape) > 0) throw InvalidArgument("from_host: the data pointer is null");
+  return create("from_host", std::move(shape), dtype, device,
+                [data](Target& t, TensorState& out) {
+                  t.ctx.backend().kernels().upload(*t.stream, out, data);
+                });
+}
+
+// --- Math --------------------------------------------------------------------------------
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  TensorState& x = check_defined(a, "matmul", "a");
+  TensorState& y = check_defined(b, "matmul", "b");
+  check_same("matmul", x, y);
+  const Shape& sa = x.shape;
+  const Shape& sb = y.shape;
+  Shape out;
+  if (sa.size() == 2 && sb.size() == 2 && sa[1] == sb[0]) {
+    out = {sa[0], sb[1]};
+  } else if (sa.size() == 3 && sb.size() == 3 && sa[0] == sb[0] && sa[2] == sb[1]) {
+    out = {sa[0], sa[1], sb[2]};
+  } else {
+    throw InvalidArgument("matmul: shapes " + to_string(sa) + " and " + to_string(sb) +
+                          " do not multiply: expected (m, k) @ (k, n) or (b, m, k) @ (b, k, n)");
+  }
+  Target t = target(x.device);
+  auto result = new_tensor(t.ctx, std::move(out), x.dtype);
+  t.ctx.backend().kernels().matmul(*t.stream, x, y, *result);
+  return Tensor(std::move(result));
+}
+
+namespace {
+Tensor binary(ops::BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = ops::name(op);
+  TensorState& x = check_defined(a, name, "a");
+  TensorState& y = check_defined(b, name, "b");
+  check_same(name, x, y);
+  if (x.shape != y.shape) {
+    throw InvalidArgument(std::string(name) + ": shapes " + to_string(x.shape) + " and " +
+                          to_string(y.shape) + " differ");
+  }
+  Target t = target(x.device);
+  auto result = new_tensor(t.ctx, x.shape, x.dtype);
+  t.ctx.backend().kernels().binary(*t.stream, op, x, y, *result);
+  return Tensor(std::move(result));
+}
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::add, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::mul, a, b); }
+
+}  // namespace eventide

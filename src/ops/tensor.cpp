@@ -1,0 +1,103 @@
+// The Tensor handle's members.
+#include <sstream>
+
+#include "core/runtime.hpp"
+#include "core/tensor_state.hpp"
+#include "eventide/errors.hpp"
+#include "eventide/event.hpp"
+#include "eventide/stream.hpp"
+#include "eventide/tensor.hpp"
+#include "ops/kernels.hpp"
+
+namespace eventide {
+
+namespace {
+const detail::TensorState& checked(const std::shared_ptr<detail::TensorState>& s, const char* what) {
+  if (!s) throw InvalidArgument(std::string("Tensor::") + what + ": the tensor is undefined");
+  return *s;
+}
+}  // namespace
+
+const Shape& Tensor::shape() const { return checked(state_, "shape").shape; }
+std::int64_t Tensor::dim() const { return static_cast<std::int64_t>(checked(state_, "dim").shape.size()); }
+std::int64_t Tensor::numel() const { return checked(state_, "numel").numel; }
+std::size_t Tensor::nbytes() const { return checked(state_, "nbytes").nbytes(); }
+DType Tensor::dtype() const { return checked(state_, "dtype").dtype; }
+Device Tensor::device() const { return checked(state_, "device").device; }
+
+bool Tensor::ready() const {
+  auto producer = checked(state_, "ready").producer();
+  return !producer || producer->done();
+}
+
+void Tensor::wait() const {
+  auto producer = checked(state_, "wait").producer();
+  if (!producer) return;
+  detail::wait_for_fence(producer->timeline(), producer->seq(), std::nullopt);
+  if (producer->error()) std::rethrow_exception(producer->error());
+}
+
+std::exception_ptr Tensor::error() const {
+  auto producer = checked(state_, "error").producer();
+  return producer && producer->done() ? producer->error() : nullptr;
+}
+
+void Tensor::check_element_type(DType as) const {
+  const auto& s = checked(state_, "data");
+  if (s.dtype != as) {
+    throw InvalidArgument("the tensor holds " + std::string(name(s.dtype)) + ", not " +
+                          std::string(name(as)));
+  }
+}
+
+void Tensor::copy_to_host(void* out, DType as) const {
+  const auto& s = checked(state_, "to_vector");
+  check_element_type(as);
+  wait();
+  detail::Runtime::get().context(s.device).backend().kernels().download(s, out);
+}
+
+Tensor Tensor::to(Device device) const {
+  const auto& s = checked(state_, "to");
+  if (device == s.device) return *this;
+  detail::Runtime::get().context(device);  // InvalidArgument if the device is not here
+  throw InvalidArgument("Tensor::to: no backend of this build copies between " + s.device.str() +
+                        " and " + device.str());
+}
+
+void* Tensor::data_ptr() const {
+  const auto& s = checked(state_, "data_ptr");
+  if (!s.device.is_cpu()) {
+    throw InvalidArgument("Tensor::data_ptr: the tensor is on " + s.device.str() +
+                          "; only cpu memory is host-addressable (use to_vector or to(\"cpu\"))");
+  }
+  return s.storage->data();
+}
+
+void Tensor::add_completion_callback_impl(detail::Callback fn) const {
+  const auto& s = checked(state_, "add_completion_callback");
+  Event e(s.device);
+  e.record(*this);
+  e.add_callback(std::move(fn));
+}
+
+void Tensor::throw_null_callback() {
+  throw InvalidArgument("add_completion_callback: the callback is null");
+}
+
+std::string Tensor::str() const {
+  if (!state_) return "Tensor(undefined)";
+  std::ostringstream os;
+  os << "Tensor(" << name(state_->dtype) << to_string(state_->shape) << ", "
+     << state_->device.str() << ", ";
+  auto producer = state_->producer();
+  if (!producer || producer->done()) {
+    os << (producer && producer->error() ? "failed" : "ready");
+  } else {
+    os << "pending";
+  }
+  os << ')';
+  return os.str();
+}
+
+}  // namespace eventide
