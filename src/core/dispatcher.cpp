@@ -55,28 +55,22 @@ void Dispatcher::post(Callback fn, std::shared_ptr<const EventState> source) {
     std::lock_guard lock(mu_);
     if (stopping_) return;  // process exit: see the header
     queue_.push_back(Item{std::move(fn), std::move(source)});
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    if (!thread_.joinable()) thread_ = RuntimeThread([this] { run(); });
   }
   parker_->unpark();
 }
 
 void Dispatcher::stop() noexcept {
-  std::thread thread;
+  RuntimeThread thread;
   std::vector<Item> dropped;
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
     dropped.swap(queue_);
-    thread.swap(thread_);
+    thread = std::move(thread_);
   }
   parker_->unpark();
-  if (thread.joinable()) {
-    if (thread.get_id() == std::this_thread::get_id()) {
-      thread.detach();  // stop() from a callback: the thread ends after it returns
-    } else {
-      thread.join();
-    }
-  }
+  thread.join_for(kExitGrace);
   dropped.clear();
 }
 

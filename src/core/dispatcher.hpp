@@ -6,19 +6,19 @@
 // device but no device work. A callback that throws is reported through the callback error
 // handler and the next one runs. The thread starts with the first callback.
 //
-// Thread-safety: post() from any thread. Shutdown: stop() lets the running callback finish,
-// drops those still queued (at process exit they would run against a half-destroyed
-// program), and joins the thread.
+// Thread-safety: post() from any thread. Shutdown: stop() lets the running callback finish
+// (waiting kExitGrace at most), drops those still queued (at process exit they would run
+// against a half-destroyed program), and joins the thread.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/parker.hpp"
+#include "core/runtime_thread.hpp"
 #include "eventide/detail/callback.hpp"
 
 namespace eventide::detail {
@@ -50,7 +50,7 @@ class Dispatcher {
   std::mutex mu_;
   std::vector<Item> queue_;
   bool stopping_ = false;
-  std::thread thread_;
+  RuntimeThread thread_;
   Ref<Parker> parker_ = make_ref<Parker>();
 };
 

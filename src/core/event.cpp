@@ -28,8 +28,6 @@ class ArmedListener final : public Listener {
 
 std::atomic<std::uint64_t> next_user_event_id{1};
 
-std::string device_name(const std::optional<Device>& d) { return d ? d->str() : "host"; }
-
 }  // namespace
 
 EventState::EventState(std::optional<Device> device, EventOptions options)
@@ -113,7 +111,7 @@ void EventState::on_armed_fence_passed() noexcept {
   run(actions);
 }
 
-void EventState::record(Ref<Work> work, std::optional<Device> device) {
+void EventState::record(Ref<Work> work, std::optional<Device> device, Ref<Work> also) {
   Actions actions;
   {
     std::lock_guard lock(mu_);
@@ -126,10 +124,13 @@ void EventState::record(Ref<Work> work, std::optional<Device> device) {
       device_ = device;
     }
     ++records_;
-    if (work->done()) {
-      fold_locked(*work);
-    } else {
-      pending_.push_back(std::move(work));
+    for (Ref<Work>* w : {&also, &work}) {
+      if (!*w) continue;
+      if ((*w)->done()) {
+        fold_locked(**w);
+      } else {
+        pending_.push_back(std::move(*w));
+      }
     }
     EventStatus next = !pending_.empty() ? EventStatus::pending
                        : error_         ? EventStatus::failed
@@ -413,12 +414,12 @@ void Event::record(const Tensor& tensor) {
 
 void Event::record(const Stream& stream) {
   const auto& s = *stream.state();
-  detail::Ref<detail::Work> last = s.last_work();
+  auto [last, op] = s.tie_points();
   if (!last) {
     state_->record_nothing(s.device());
     return;
   }
-  state_->record(std::move(last), s.device());
+  state_->record(std::move(last), s.device(), std::move(op));
 }
 
 void Event::record() {

@@ -36,9 +36,9 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // A UserEvent: PENDING from the start, on its own host timeline.
   static std::shared_ptr<EventState> make_user(std::optional<Device> device, EventOptions options);
 
-  // Ties the event to `work`, of `device` (nullopt for host work). InvalidArgument if the
-  // event belongs to another device.
-  void record(Ref<Work> work, std::optional<Device> device);
+  // Ties the event to `work` (and `also`, if given, in the same record), of `device` (nullopt
+  // for host work). InvalidArgument if the event belongs to another device.
+  void record(Ref<Work> work, std::optional<Device> device, Ref<Work> also = nullptr);
   // Ties the event to nothing on `device` (record of an idle stream): finishes it if empty.
   void record_nothing(Device device);
 

@@ -37,8 +37,8 @@ StreamState::StreamState(Device device, std::uint64_t id)
 StreamState::~StreamState() = default;
 
 void StreamState::submit_locked(const Ref<Work>& work) noexcept {
-  work->set_seq(++enqueued_);
   last_work_ = work;
+  if (work->timed()) last_op_ = work;
   submit(work);
 }
 
@@ -51,6 +51,9 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   deps.reserve(reads.size() + writes.size() + 1);
 
   std::lock_guard lock(submit_mu_);
+  // The number comes first: once the hazards below publish the work, other threads may
+  // test it for completion.
+  work->set_seq(++enqueued_);
   // A successful gate orders nothing any more: drop it so later ops need not check it.
   if (gate_ && gate_->done() && !gate_->error()) gate_ = nullptr;
   if (gate_) deps.push_back(Dep{gate_, DepKind::gate});
@@ -82,6 +85,7 @@ void StreamState::wait(EventState& event) {
   for (Ref<Work>& w : snap.pending) deps.push_back(Dep{std::move(w), DepKind::waited});
 
   std::lock_guard lock(submit_mu_);
+  work->set_seq(++enqueued_);
   if (gate_) deps.push_back(Dep{gate_, DepKind::gate});
   if (snap.error) {
     // Already failed: the wait fails in order, when the stream reaches it.
@@ -96,6 +100,11 @@ void StreamState::wait(EventState& event) {
 Ref<Work> StreamState::last_work() const {
   std::lock_guard lock(submit_mu_);
   return last_work_;
+}
+
+std::pair<Ref<Work>, Ref<Work>> StreamState::tie_points() const {
+  std::lock_guard lock(submit_mu_);
+  return {last_work_, last_op_ == last_work_ ? nullptr : last_op_};
 }
 
 bool StreamState::query() const {

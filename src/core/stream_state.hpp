@@ -21,6 +21,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "core/parker.hpp"
 #include "core/ref.hpp"
@@ -61,8 +62,11 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // Enqueues a wait on `event` (snapshot of its tied work now). StateError if it is empty.
   void wait(EventState& event);
 
-  // The last Work enqueued (null if none): what record(stream) ties an event to.
+  // The last Work enqueued (null if none).
   Ref<Work> last_work() const;
+  // What record(stream) ties an event to: the last Work, and the last op before it if the
+  // last Work is a wait (the op whose device time the event reports); null where none.
+  std::pair<Ref<Work>, Ref<Work>> tie_points() const;
   // All work enqueued so far has finished.
   bool query() const;
   // Waits until all work enqueued before the call has finished; false on timeout.
@@ -76,7 +80,7 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   virtual void submit(Ref<Work> work) noexcept = 0;
 
  private:
-  // Assigns the next number to `work`, makes it the last work, submits it. Under submit_mu_.
+  // Makes `work` (numbered already) the last work and submits it. Under submit_mu_.
   void submit_locked(const Ref<Work>& work) noexcept;
 
   const Device device_;
@@ -85,6 +89,7 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   mutable std::mutex submit_mu_;
   std::uint64_t enqueued_ = 0;
   Ref<Work> last_work_;
+  Ref<Work> last_op_;  // the last timed Work (an op, not a wait)
   Ref<Work> gate_;
 };
 

@@ -81,7 +81,7 @@ void WorkerPool::assign(std::shared_ptr<CpuStream> stream) noexcept {
     workers_.reserve(workers_.size() + 1);
     auto w = std::make_unique<Worker>();
     // The new thread blocks on mu_ until this function returns.
-    w->thread = std::thread([this, raw = w.get()] { run(*raw); });
+    w->thread = detail::RuntimeThread([this, raw = w.get()] { run(*raw); });
     w->stream = std::move(stream);
     workers_.push_back(std::move(w));
   } catch (...) {
@@ -142,7 +142,7 @@ void WorkerPool::serve(CpuStream& s, Worker& w) noexcept {
 }
 
 void WorkerPool::stop() noexcept {
-  std::vector<std::thread> threads;
+  std::vector<detail::RuntimeThread> threads;
   {
     std::lock_guard lock(mu_);
     if (stop_.exchange(true)) return;
@@ -151,13 +151,12 @@ void WorkerPool::stop() noexcept {
       threads.push_back(std::move(w->thread));
     }
   }
+  // Each worker fails what is queued and finishes what it runs; all stop together, so the
+  // grace period is for the slowest, not the sum.
+  const auto deadline = detail::Clock::now() + detail::kExitGrace;
   for (auto& t : threads) {
-    if (!t.joinable()) continue;
-    if (t.get_id() == std::this_thread::get_id()) {
-      t.detach();  // exit() called from work running on this very worker
-    } else {
-      t.join();
-    }
+    auto left = deadline - detail::Clock::now();
+    t.join_for(left.count() > 0 ? left : std::chrono::nanoseconds(0));
   }
 }
 

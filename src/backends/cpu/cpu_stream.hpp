@@ -10,17 +10,18 @@
 //
 // Lifetime: while a stream has queued work, its worker holds a reference to it, so dropping
 // every handle never loses work. Shutdown: the pool's stop flag makes every queued Work fail
-// ("runtime shut down") instead of running; the running one finishes; threads are joined.
+// ("runtime shut down") instead of running; the running one finishes (kExitGrace at most);
+// threads are joined.
 #pragma once
 
 #include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "core/parker.hpp"
+#include "core/runtime_thread.hpp"
 #include "core/stream_state.hpp"
 
 namespace eventide::backends::cpu {
@@ -75,7 +76,7 @@ class WorkerPool {
     Ref<Parker> parker = detail::make_ref<Parker>();
     std::shared_ptr<CpuStream> stream;  // assigned, not yet taken
     bool idle = false;
-    std::thread thread;
+    detail::RuntimeThread thread;
   };
   void run(Worker& w) noexcept;
   void serve(CpuStream& s, Worker& w) noexcept;
