@@ -204,6 +204,10 @@ bool EventState::wait_until(const Deadline& deadline) {
     throw StateError("cannot wait on an empty event (" + str() +
                      "): record work on it first, or it would never finish");
   }
+  if (running_work()) {
+    std::lock_guard lock(mu_);
+    for (const Ref<Work>& w : pending_) check_not_waiting_on_self(w->timeline(), w->seq());
+  }
   const Ref<Parker>& parker = this_thread_parker();
   if (!add_notifier(parker)) return true;
   for (;;) {

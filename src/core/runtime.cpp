@@ -51,10 +51,7 @@ void DeviceContext::manual_seed(std::uint64_t seed) {
   offset_ = 0;
 }
 
-void DeviceContext::shutdown() noexcept {
-  backend_->shutdown();
-  dispatcher_.stop();
-}
+void DeviceContext::shutdown() noexcept { backend_->shutdown(); }
 
 // --- Runtime -----------------------------------------------------------------------------
 
@@ -165,8 +162,10 @@ std::shared_ptr<StreamState> Runtime::current_stream(Device device) {
 
 void Runtime::shutdown() noexcept {
   if (!running_.exchange(false)) return;
-  for (auto& c : contexts_) c->shutdown();
+  // Callbacks first: those of work failed below would run against a half-destroyed program.
   host_dispatcher_.stop();
+  for (auto& c : contexts_) c->dispatcher().stop();
+  for (auto& c : contexts_) c->shutdown();
 }
 
 std::shared_ptr<StreamState> exchange_current_stream(Device device,

@@ -41,6 +41,7 @@ class DeviceContext {
   std::pair<std::uint64_t, std::uint64_t> reserve_random(std::uint64_t blocks);
   void manual_seed(std::uint64_t seed);
 
+  // Stops the backend (its dispatcher is stopped by the runtime first).
   void shutdown() noexcept;
 
  private:

@@ -133,6 +133,7 @@ std::exception_ptr StreamState::error() const {
 
 bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline) {
   if (timeline.passed(seq)) return true;
+  check_not_waiting_on_self(timeline, seq);
   const Ref<Parker>& parker = this_thread_parker();
   timeline.listen(seq, std::make_unique<UnparkListener>(parker));
   while (!timeline.passed(seq)) {
@@ -163,15 +164,15 @@ void execute_work(Work& work, const Ref<Parker>& parker, const std::atomic<bool>
   std::int64_t start = host_now_ns();
   std::int64_t end = start;
   if (!work.error() && work.body()) {
+    set_running_work(&work);
     try {
       work.body()();
-    } catch (const OpError&) {
-      work.set_error(std::current_exception());
     } catch (...) {
       std::exception_ptr thrown = std::current_exception();
       work.set_error(std::make_exception_ptr(OpError(
           work.describe() + " failed: " + describe_error(thrown), work.describe(), thrown)));
     }
+    set_running_work(nullptr);
     end = host_now_ns();
   }
   work.set_times(start, end);

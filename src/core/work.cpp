@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "eventide/errors.hpp"
+#include "core/timeline.hpp"
 
 namespace eventide::detail {
 
@@ -56,6 +57,21 @@ std::exception_ptr first_dependency_error(const Work& work) {
     if (dep.kind != DepKind::order && dep.work->error()) return dependency_error(work, dep);
   }
   return nullptr;
+}
+
+namespace {
+thread_local const Work* tls_running = nullptr;
+}
+
+const Work* running_work() noexcept { return tls_running; }
+void set_running_work(const Work* work) noexcept { tls_running = work; }
+
+void check_not_waiting_on_self(const Timeline& timeline, std::uint64_t seq) {
+  const Work* running = tls_running;
+  if (running && &running->timeline() == &timeline && seq >= running->seq()) {
+    throw StateError(running->describe() + " waits for work queued behind it on " +
+                     timeline.name() + ": that would never finish");
+  }
 }
 
 std::int64_t host_now_ns() noexcept {

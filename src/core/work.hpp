@@ -98,6 +98,13 @@ std::exception_ptr root_cause(const std::exception_ptr& error);
 // what() of an exception_ptr, for messages.
 std::string describe_error(const std::exception_ptr& error);
 
+// The Work the calling thread is running (a stream worker inside a body), else null.
+const Work* running_work() noexcept;
+void set_running_work(const Work* work) noexcept;
+// StateError if the calling thread runs work on `timeline` and `seq` comes after it: that
+// wait could never end (the thread would wait for work queued behind itself).
+void check_not_waiting_on_self(const Timeline& timeline, std::uint64_t seq);
+
 // Monotonic nanoseconds of the host clock (steady_clock): the CPU device's time base.
 std::int64_t host_now_ns() noexcept;
 
