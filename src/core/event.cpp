@@ -242,7 +242,7 @@ void EventState::reset() {
     Actions unused;
     refresh_locked(unused);  // a pending event has no actions to run: nothing is lost
     if (!finished_locked()) {
-      throw StateError("cannot reset " + str() + " while it is pending: set() or fail() it first");
+      throw StateError("cannot reset " + str_locked() + " while it is pending: set() or fail() it first");
     }
     clear_locked();
     auto next = make_ref<Work>(user_->timeline, "set", /*timed=*/false);
@@ -258,7 +258,7 @@ void EventState::reset() {
     std::lock_guard lock(mu_);
     refresh_locked(actions);
     if (status_.load(std::memory_order_relaxed) == EventStatus::pending) {
-      throw StateError("cannot reset " + str() + " while it is pending: wait for it first");
+      throw StateError("cannot reset " + str_locked() + " while it is pending: wait for it first");
     }
     clear_locked();
     status_.store(EventStatus::empty, std::memory_order_release);
@@ -273,7 +273,7 @@ void EventState::add_callback(Callback fn) {
     refresh_locked(actions);
     EventStatus s = status_.load(std::memory_order_relaxed);
     if (s == EventStatus::empty) {
-      throw StateError("cannot add a callback to an empty event (" + str() +
+      throw StateError("cannot add a callback to an empty event (" + str_locked() +
                        "): it would never be called; record work on it first");
     }
     if (s == EventStatus::pending) {
@@ -303,9 +303,9 @@ std::optional<Device> EventState::device() {
 double EventState::time_elapsed_us() {
   poll();
   std::lock_guard lock(mu_);
-  if (!timing_) throw StateError("time_elapsed: " + str() + " was created with timing disabled");
+  if (!timing_) throw StateError("time_elapsed: " + str_locked() + " was created with timing disabled");
   if (!finished_locked()) {
-    throw StateError("time_elapsed: " + str() + " has not finished; wait() for it first");
+    throw StateError("time_elapsed: " + str_locked() + " has not finished; wait() for it first");
   }
   if (error_) std::rethrow_exception(error_);
   if (!any_timed_) return 0.0;
@@ -315,19 +315,23 @@ double EventState::time_elapsed_us() {
 std::int64_t EventState::completion_ns() {
   poll();
   std::lock_guard lock(mu_);
-  if (!timing_) throw StateError("elapsed_time: " + str() + " was created with timing disabled");
+  if (!timing_) throw StateError("elapsed_time: " + str_locked() + " was created with timing disabled");
   if (!finished_locked()) {
-    throw StateError("elapsed_time: " + str() + " has not finished; wait() for it first");
+    throw StateError("elapsed_time: " + str_locked() + " has not finished; wait() for it first");
   }
   if (error_) std::rethrow_exception(error_);
   if (!any_completion_) {
-    throw StateError("elapsed_time: " + str() + " has no completion time: it tied no work");
+    throw StateError("elapsed_time: " + str_locked() + " has no completion time: it tied no work");
   }
   return completion_ns_;
 }
 
 std::string EventState::str() const {
   std::lock_guard lock(mu_);
+  return str_locked();
+}
+
+std::string EventState::str_locked() const {
   std::ostringstream os;
   os << '<' << (user_ ? "UserEvent " : "Event ") << name(status_.load(std::memory_order_relaxed));
   if (device_) os << " on " << device_->str();

@@ -94,6 +94,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
   };
 
   void fold_locked(const Work& work);
+  std::string str_locked() const;
   void refresh_locked(Actions& actions);
   void clear_locked();
   void run(Actions& actions) noexcept;

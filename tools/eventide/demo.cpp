@@ -1,0 +1,728 @@
+// `eventide demo`: every scenario of the seed tutorial (shared/seed/README.md, points 1-12),
+// run for real on one device, then the features eventide adds beyond the seed.
+//
+// Each scenario is a function that prints what it does and throws when something is not as
+// the seed (or API.md) says; the runner catches that, marks the section FAILED and goes on,
+// so one broken scenario does not hide the others. The structure of the output is fixed
+// (the same sections and lines every run); only the measured numbers change.
+//
+// Where a scenario must show an order of events ("op 2 is still running when op 1 is done"),
+// it holds work back with a UserEvent instead of relying on timing, so that the demo is
+// deterministic on any machine. Measured times are printed but only checked where the
+// margin is orders of magnitude wide.
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli.hpp"
+
+namespace ev = eventide;
+
+namespace eventide::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Micros = std::chrono::duration<double, std::micro>;
+
+// A scenario's own check failed (eventide's errors are reported as they are).
+class CheckFailed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+void check(bool condition, const std::string& what) {
+  if (!condition) throw CheckFailed(what);
+}
+
+std::string vformat(const char* fmt, va_list args) {
+  va_list copy;
+  va_copy(copy, args);
+  int n = std::vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
+  std::vsnprintf(out.data(), out.size() + 1, fmt, args);
+  return out;
+}
+
+// One indented line of a scenario's report.
+__attribute__((format(printf, 1, 2))) void say(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  std::string line = vformat(fmt, args);
+  va_end(args);
+  std::printf("    %s\n", line.c_str());
+}
+
+// Times are printed in microseconds, the seed's unit for time_elapsed().
+std::string us(Micros t) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f µs", t.count());
+  return buf;
+}
+std::string us(Clock::duration t) { return us(std::chrono::duration_cast<Micros>(t)); }
+
+const char* yes_no(bool b) { return b ? "true" : "false"; }
+
+std::string device_or_none(const std::optional<ev::Device>& d) {
+  return d ? d->str() : std::string("nullopt");
+}
+
+// 2 * n^3 floating-point operations in `t`.
+double gflops(std::int64_t n, Micros t) {
+  double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  return t.count() > 0 ? flops / (t.count() * 1e3) : 0.0;
+}
+
+// The CPU time the calling thread has used: how a waiter proves it did not spin.
+Micros thread_cpu_time() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return Micros(static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3);
+}
+
+// What the scenarios share: the device, and matrix sizes fitting it. `n` is the seed-sized
+// matmul; `big_n` one that takes long enough (milliseconds) for asynchrony to be visible.
+struct Context {
+  ev::Device device;
+  std::int64_t n = 512;
+  std::int64_t big_n = 1024;
+
+  ev::Tensor randn(std::int64_t size) const {
+    return ev::randn({size, size}, ev::DType::f32, device);
+  }
+};
+
+// "[[ 1.234, -0.567, ...], [...]]": the top-left corner of an n x n result.
+std::string corner(const std::vector<float>& m, std::int64_t n, int rows = 2, int cols = 3) {
+  std::string s = "[";
+  for (int i = 0; i < rows; ++i) {
+    s += i ? ", [" : "[";
+    for (int j = 0; j < cols; ++j) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%8.3f", j ? ", " : "", m[i * n + j]);
+      s += buf;
+    }
+    s += ", ...]";
+  }
+  return s + ", ...]";
+}
+
+// Checks the corner of out = a @ b against a dot product computed here on the host.
+void check_matmul_corner(const ev::Tensor& a, const ev::Tensor& b, const std::vector<float>& out,
+                         std::int64_t n) {
+  std::vector<float> ha = a.to_vector<float>();
+  std::vector<float> hb = b.to_vector<float>();
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      double ref = 0;
+      for (std::int64_t k = 0; k < n; ++k) ref += double(ha[i * n + k]) * double(hb[k * n + j]);
+      double got = out[i * n + j];
+      check(std::abs(got - ref) <= 1e-3 * (1.0 + std::abs(ref)),
+            "out[" + std::to_string(i) + "][" + std::to_string(j) + "] = " + std::to_string(got) +
+                ", the host computes " + std::to_string(ref));
+    }
+  }
+}
+
+// Python's threading.Event, which the seed pairs with add_completion_callback: a flag that
+// one thread sets and others wait for, blocking on a condition variable.
+class ThreadingEvent {
+ public:
+  void set() {
+    std::lock_guard lock(mu_);
+    flag_ = true;
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return flag_; });
+  }
+  bool is_set() {
+    std::lock_guard lock(mu_);
+    return flag_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool flag_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The scenarios, in the order of the seed's snippets.
+
+// Seed 1: "Event() creates an event that is not completed by default."
+void new_event_is_not_completed(const Context&) {
+  ev::Event e;
+  say("ev::Event e;                 -> %s", e.str().c_str());
+  say("e.completed()                -> %s", yes_no(e.completed()));
+  say("e.status()                   -> %s", std::string(ev::name(e.status())).c_str());
+  check(!e.completed(), "a new event must not be completed");
+  check(e.status() == ev::EventStatus::empty, "a new event must be empty");
+  // The seed's "not completed" would make a plain wait hang forever; we make it an error.
+  try {
+    e.wait();
+    check(false, "wait() on a never-recorded event returned");
+  } catch (const ev::StateError& err) {
+    say("e.wait()                     -> StateError: %s", err.what());
+  }
+}
+
+// Seed 2/3: record(output) ties the event to the op; wait() blocks until it is done.
+void wait_for_one_op(const Context& ctx) {
+  ev::Tensor a = ctx.randn(ctx.n);
+  ev::Tensor b = ctx.randn(ctx.n);
+  ev::Tensor out = ev::matmul(a, b);
+  ev::Event e;
+  e.record(out);
+  say("out = ev::matmul(a, b)       -> (%lld x %lld) @ (%lld x %lld), enqueued",
+      static_cast<long long>(ctx.n), static_cast<long long>(ctx.n),
+      static_cast<long long>(ctx.n), static_cast<long long>(ctx.n));
+  say("e.record(out)                -> event tied to the matmul");
+  auto t0 = Clock::now();
+  e.wait();
+  auto waited = Clock::now() - t0;
+  say("e.wait()                     -> returned after %s, e.completed() = %s",
+      us(waited).c_str(), yes_no(e.completed()));
+  check(e.completed(), "completed() must be true after wait()");
+  check(out.ready(), "the output must be ready once its event has finished");
+  std::vector<float> host = out.to_vector<float>();
+  say("out[0:2, 0:3]                = %s", corner(host, ctx.n).c_str());
+  check_matmul_corner(a, b, host, ctx.n);
+  say("checked against a dot product computed on the host");
+}
+
+// Seed 2 (note): an event may be tied to several ops; it finishes when all have finished.
+void one_event_several_ops(const Context& ctx) {
+  ev::Tensor a = ctx.randn(ctx.n);
+  ev::Tensor b = ctx.randn(ctx.n);
+  // Op 2 goes to a side stream held back by a gate, so that it is certainly still pending
+  // when op 1 is done (section 15 shows gates on their own).
+  ev::UserEvent gate(ctx.device);
+  ev::Stream side(ctx.device);
+  side.wait(gate);
+  ev::Tensor out1 = ev::matmul(a, b);
+  ev::Tensor out2;
+  {
+    ev::StreamGuard guard(side);
+    out2 = ev::matmul(b, a);
+  }
+  ev::Event e;
+  e.record(out1);
+  e.record(out2);
+  say("e.record(out1); e.record(out2) -> %s", e.str().c_str());
+  out1.wait();
+  say("op 1 done, op 2 held back    -> out1 ready %s, out2 ready %s, e.completed() = %s",
+      yes_no(out1.ready()), yes_no(out2.ready()), yes_no(e.completed()));
+  check(!e.completed(), "the event must wait for every op tied to it");
+  gate.set();
+  e.wait();
+  say("gate.set(); e.wait()         -> out2 ready %s, e.completed() = %s", yes_no(out2.ready()),
+      yes_no(e.completed()));
+  check(out2.ready() && e.completed(), "the event must finish once both ops have");
+  say("e.time_elapsed()             -> %s, from the start of op 1 to the end of op 2",
+      us(e.time_elapsed()).c_str());
+}
+
+// Seed 8: wait_all([event1, event2]) waits until every listed event has finished.
+void wait_all_events(const Context& ctx) {
+  ev::Tensor a = ctx.randn(ctx.n), b = ctx.randn(ctx.n);
+  ev::Tensor c = ctx.randn(ctx.n), d = ctx.randn(ctx.n);
+  ev::Tensor output1 = ev::matmul(a, b);
+  ev::Tensor output2 = ev::matmul(c, d);
+  ev::Event event1, event2;
+  event1.record(output1);
+  event2.record(output2);
+  auto t0 = Clock::now();
+  ev::wait_all({event1, event2});
+  say("ev::wait_all({event1, event2}) -> returned after %s", us(Clock::now() - t0).c_str());
+  say("event1.completed() = %s, event2.completed() = %s", yes_no(event1.completed()),
+      yes_no(event2.completed()));
+  check(event1.completed() && event2.completed(), "wait_all must wait for both events");
+  std::vector<float> h1 = output1.to_vector<float>();
+  std::vector<float> h2 = output2.to_vector<float>();
+  say("output1[0:2, 0:3] = %s", corner(h1, ctx.n).c_str());
+  say("output2[0:2, 0:3] = %s", corner(h2, ctx.n).c_str());
+  check_matmul_corner(c, d, h2, ctx.n);
+}
+
+// Seed 7: time_elapsed() is the device time of the recorded work, in microseconds.
+void analyse_performance(const Context& ctx) {
+  // The first matmul also starts the BLAS's threads; keep that out of the table.
+  ev::matmul(ctx.randn(64), ctx.randn(64)).wait();
+  say("%6s  %16s  %10s", "n", "time_elapsed()", "GFLOP/s");
+  for (std::int64_t n : {ctx.n / 2, ctx.n, ctx.n * 2}) {
+    ev::Tensor a = ctx.randn(n), b = ctx.randn(n);
+    ev::Tensor output = ev::matmul(a, b);
+    ev::Event event;
+    event.record(output);
+    event.wait();
+    Micros t = event.time_elapsed();
+    say("%6lld  %16s  %10.1f", static_cast<long long>(n), us(t).c_str(), gflops(n, t));
+    check(t.count() > 0, "time_elapsed() of a finished matmul must be positive");
+  }
+}
+
+// Seed 4: poll() checks without blocking; the host does other work until the op is done.
+void poll_loop(const Context& ctx) {
+  ev::Tensor a = ctx.randn(ctx.big_n), b = ctx.randn(ctx.big_n);
+  ev::Tensor output = ev::matmul(a, b);
+  ev::Event event;
+  event.record(output);
+  long iterations = 0;
+  double other_work = 0;  // kept, so that the compiler keeps the work
+  auto t0 = Clock::now();
+  while (!event.poll()) {
+    for (int i = 0; i < 1000; ++i) other_work += std::sin(i * 1e-3);  // "other work"
+    ++iterations;
+  }
+  auto spent = Clock::now() - t0;
+  say("while (!event.poll()) { other work; } -> %ld iterations in %s", iterations,
+      us(spent).c_str());
+  say("each iteration did a unit of the host's own work (checksum %.1f)", other_work);
+  check(event.completed() && output.ready(), "the loop ends only once the op is done");
+  say("event.completed() = %s, output ready = %s", yes_no(event.completed()),
+      yes_no(output.ready()));
+}
+
+// Seed 5: reset() puts the event back to not completed.
+void reset_event(const Context& ctx) {
+  ev::Tensor output = ev::matmul(ctx.randn(ctx.n), ctx.randn(ctx.n));
+  ev::Event event;
+  event.record(output);
+  event.wait();
+  say("after wait():  event.completed() = %s", yes_no(event.completed()));
+  event.reset();
+  say("event.reset(); event.completed() = %s (status %s)", yes_no(event.completed()),
+      std::string(ev::name(event.status())).c_str());
+  check(!event.completed() && event.status() == ev::EventStatus::empty,
+        "reset() must make the event empty again");
+
+  // The event can be used again: record new work on it.
+  event.record(ev::matmul(output, output));
+  event.wait();
+  say("event.record(...); event.wait(); completed() = %s (reused)", yes_no(event.completed()));
+  check(event.completed(), "a reset event must be usable again");
+}
+
+// Seed 6: the attributes completed and device.
+void attributes(const Context& ctx) {
+  ev::Event e;
+  say("ev::Event e;            e.device() = %s", device_or_none(e.device()).c_str());
+  check(!e.device(), "an unbound event has no device until its first record");
+  ev::Tensor out = ev::matmul(ctx.randn(ctx.n), ctx.randn(ctx.n));
+  e.record(out);
+  say("e.record(out);          e.device() = %s (out is on %s)",
+      device_or_none(e.device()).c_str(), out.device().str().c_str());
+  check(e.device() == ctx.device, "the event's device must be the device of the tied op");
+  ev::Event bound(ctx.device);
+  say("ev::Event bound(%s);   bound.device() = %s before any record", ctx.device.str().c_str(),
+      device_or_none(bound.device()).c_str());
+  check(bound.device() == ctx.device, "an event built for a device reports it");
+  e.wait();
+  say("e.completed() = %s, e.timing_enabled() = %s, e.str() = %s", yes_no(e.completed()),
+      yes_no(e.timing_enabled()), e.str().c_str());
+}
+
+// Seed 9: matmul is asynchronous: the call returns long before the result is ready.
+void matmul_is_asynchronous(const Context& ctx) {
+  ev::Tensor a = ctx.randn(ctx.big_n), b = ctx.randn(ctx.big_n);
+  a.wait();  // the inputs are made first, so that only the matmul is timed
+  b.wait();
+  auto t0 = Clock::now();
+  ev::Tensor out = ev::matmul(a, b);
+  auto call = Clock::now() - t0;
+  bool ready_on_return = out.ready();
+  ev::Event e;
+  e.record(out);
+  e.wait();
+  auto until_ready = Clock::now() - t0;
+  say("out = ev::matmul(a, b) (%lld x %lld) returned after %s; out ready then: %s",
+      static_cast<long long>(ctx.big_n), static_cast<long long>(ctx.big_n), us(call).c_str(),
+      yes_no(ready_on_return));
+  say("the result was ready %s after the call; the op took %s of device time",
+      us(until_ready).c_str(), us(e.time_elapsed()).c_str());
+  double ratio = std::chrono::duration<double>(until_ready) / std::chrono::duration<double>(call);
+  say("the call returned %.0fx sooner than the result", ratio);
+  // A synchronous matmul would make the two equal; asynchronous ones differ by 100x or more.
+  check(call * 2 < until_ready, "matmul must return before its result is ready");
+}
+
+// Seed 10: a device-wide synchronize() waits for all work on the device, every stream.
+void device_synchronize(const Context& ctx) {
+  ev::Stream second(ctx.device);
+  std::vector<ev::Tensor> outs;
+  for (int i = 0; i < 3; ++i) outs.push_back(ev::matmul(ctx.randn(ctx.n), ctx.randn(ctx.n)));
+  {
+    ev::StreamGuard guard(second);
+    for (int i = 0; i < 2; ++i) outs.push_back(ev::matmul(ctx.randn(ctx.n), ctx.randn(ctx.n)));
+  }
+  say("enqueued 3 matmuls on the default stream and 2 on %s", second.str().c_str());
+  auto t0 = Clock::now();
+  ev::synchronize(ctx.device);
+  auto waited = Clock::now() - t0;
+  int ready = 0;
+  for (const ev::Tensor& t : outs) ready += t.ready() ? 1 : 0;
+  say("ev::synchronize(%s) -> returned after %s; %d of 5 outputs ready",
+      ctx.device.str().c_str(), us(waited).c_str(), ready);
+  say("(the seed spells it torch.cuda.synchronize(); ours works on every device)");
+  check(ready == 5, "synchronize() must wait for every stream of the device");
+  ev::synchronize();
+  say("ev::synchronize()  -> every device, returned at once as nothing is left");
+}
+
+// Seed 11: add_completion_callback sets a threading.Event that another thread waits on.
+void completion_callback(const Context& ctx) {
+  ev::Tensor output = ev::matmul(ctx.randn(ctx.big_n), ctx.randn(ctx.big_n));
+  // The callback owns what it touches (a shared_ptr), so nothing it uses can go away
+  // before it has run, whatever the order in which the threads finish.
+  struct Shared {
+    ThreadingEvent event;
+    std::thread::id callback_thread;
+  };
+  auto shared = std::make_shared<Shared>();
+  output.add_completion_callback([shared] {
+    shared->callback_thread = std::this_thread::get_id();
+    shared->event.set();
+  });
+  say("output.add_completion_callback(on_complete) -> on_complete sets a threading event");
+  bool waiter_saw_ready = false;
+  Clock::duration waiter_blocked{};
+  std::thread waiter([&] {
+    auto t0 = Clock::now();
+    shared->event.wait();
+    waiter_blocked = Clock::now() - t0;
+    waiter_saw_ready = output.ready();
+  });
+  std::thread::id waiter_id = waiter.get_id();
+  waiter.join();
+  say("a std::thread waited %s in event.wait(); then output ready = %s", us(waiter_blocked).c_str(),
+      yes_no(waiter_saw_ready));
+  bool runtime_thread = shared->callback_thread != std::this_thread::get_id() &&
+                        shared->callback_thread != waiter_id;
+  say("the callback ran on a runtime thread (not main, not the waiter): %s",
+      yes_no(runtime_thread));
+  check(waiter_saw_ready, "the op must be done when its completion callback runs");
+  check(runtime_thread, "callbacks run on a thread of the runtime");
+}
+
+// Seed 12: a user-written event class with set() and wait(), driven by a completion
+// callback. The seed's wait() spins (`while not completed: pass`); this one blocks.
+class MyEvent {
+ public:
+  void set() {
+    std::lock_guard lock(mu_);
+    completed_ = true;
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return completed_; });  // sleeps in the kernel until set()
+  }
+  bool completed() {
+    std::lock_guard lock(mu_);
+    return completed_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool completed_ = false;
+};
+
+// Waits on anything with wait(): eventide events and user-written ones alike.
+template <class... Waitables>
+void wait_each(Waitables&... w) {
+  (w.wait(), ...);
+}
+
+void custom_event(const Context& ctx) {
+  ev::Tensor a = ctx.randn(ctx.big_n), b = ctx.randn(ctx.big_n);
+  ev::Tensor output = ev::matmul(a, b);
+  auto event = std::make_shared<MyEvent>();
+  output.add_completion_callback([event] { event->set(); });
+  say("output.add_completion_callback([event] { event->set(); })");
+  auto wall0 = Clock::now();
+  Micros cpu0 = thread_cpu_time();
+  event->wait();
+  Micros cpu = thread_cpu_time() - cpu0;
+  Micros wall = std::chrono::duration_cast<Micros>(Clock::now() - wall0);
+  say("event->wait() blocked %s and used %s of CPU (a busy-wait would use all of it)",
+      us(wall).c_str(), us(cpu).c_str());
+  check(output.ready(), "MyEvent must be set only once the op is done");
+  // Only meaningful when the wait was long enough to tell spinning from sleeping.
+  check(wall < Micros(2000) || cpu < wall / 2, "MyEvent::wait() must block, not spin");
+
+  // It mixes with eventide's own events wherever code only needs wait().
+  ev::Tensor output2 = ev::matmul(b, a);
+  auto event2 = std::make_shared<MyEvent>();
+  output2.add_completion_callback([event2] { event2->set(); });
+  ev::Event e;
+  e.record(output);
+  wait_each(e, *event2);
+  say("wait_each(eventide_event, my_event) -> both done: %s",
+      yes_no(e.completed() && event2->completed()));
+  check(output2.ready(), "wait_each must wait for the custom event too");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Beyond the seed.
+
+void timeouts(const Context& ctx) {
+  ev::UserEvent gate(ctx.device);
+  ev::Stream s(ctx.device);
+  s.wait(gate);
+  ev::Tensor out;
+  {
+    ev::StreamGuard guard(s);
+    out = ev::matmul(ctx.randn(ctx.n), ctx.randn(ctx.n));
+  }
+  ev::Event e;
+  e.record(out);
+  auto t0 = Clock::now();
+  bool done = e.wait_for(std::chrono::milliseconds(20));
+  say("e.wait_for(20ms) on an op held back by a gate -> %s after %s", yes_no(done),
+      us(Clock::now() - t0).c_str());
+  check(!done, "wait_for must time out while the op cannot run");
+  gate.set();
+  t0 = Clock::now();
+  done = e.wait_for(std::chrono::seconds(30));
+  say("gate.set(); e.wait_for(30s)                  -> %s after %s", yes_no(done),
+      us(Clock::now() - t0).c_str());
+  check(done, "wait_for must succeed once the op has run");
+}
+
+void wait_any_event(const Context& ctx) {
+  ev::UserEvent gate(ctx.device);
+  ev::Stream held(ctx.device);
+  held.wait(gate);
+  ev::Tensor slow;
+  {
+    ev::StreamGuard guard(held);
+    slow = ev::matmul(ctx.randn(ctx.n), ctx.randn(ctx.n));
+  }
+  ev::Tensor fast = ev::matmul(ctx.randn(ctx.n), ctx.randn(ctx.n));
+  ev::Event e_slow, e_fast;
+  e_slow.record(slow);
+  e_fast.record(fast);
+  std::optional<std::size_t> first = ev::wait_any({e_slow, e_fast});
+  say("ev::wait_any({held_back, free}) -> index %s",
+      first ? std::to_string(*first).c_str() : "nullopt");
+  check(first == std::size_t{1}, "wait_any must return the event that finished");
+  std::optional<std::size_t> none = ev::wait_any({e_slow}, std::chrono::milliseconds(10));
+  say("ev::wait_any({held_back}, 10ms) -> %s", none ? std::to_string(*none).c_str() : "nullopt");
+  check(!none, "wait_any must time out when no event can finish");
+  gate.set();
+  ev::wait_all({e_slow, e_fast});
+  say("gate.set(); ev::wait_all(...)   -> both completed: %s",
+      yes_no(e_slow.completed() && e_fast.completed()));
+}
+
+void user_event_gate(const Context& ctx) {
+  ev::Tensor a = ctx.randn(ctx.n), b = ctx.randn(ctx.n);
+  ev::UserEvent go(ctx.device);
+  ev::Stream s(ctx.device);
+  s.wait(go);
+  ev::Tensor x, y;
+  auto t0 = Clock::now();
+  {
+    ev::StreamGuard guard(s);
+    x = ev::matmul(a, b);
+    y = ev::add(x, x);
+  }
+  say("s.wait(go); 2 ops on s       -> host not blocked: returned after %s",
+      us(Clock::now() - t0).c_str());
+  say("before go.set(): s.query() = %s, x ready %s, y ready %s", yes_no(s.query()),
+      yes_no(x.ready()), yes_no(y.ready()));
+  check(!x.ready() && !y.ready(), "ops behind an unset UserEvent must not run");
+  go.set();
+  s.synchronize();
+  say("go.set(); s.synchronize()    -> s.query() = %s, y ready %s", yes_no(s.query()),
+      yes_no(y.ready()));
+  check(y.ready(), "ops must run once the UserEvent is set");
+
+  // A failed UserEvent fails the work that waits on it instead of running it.
+  ev::UserEvent input(ctx.device);
+  ev::Stream s2(ctx.device);
+  s2.wait(input);
+  ev::Tensor z;
+  {
+    ev::StreamGuard guard(s2);
+    z = ev::matmul(a, b);
+  }
+  input.fail(std::make_exception_ptr(std::runtime_error("input file missing")));
+  try {
+    z.wait();
+    check(false, "an op gated on a failed UserEvent ran");
+  } catch (const ev::OpError& err) {
+    say("input.fail(...); z.wait()    -> OpError: %s", err.what());
+  }
+  say("and the stream is broken from then on: s2.error() set: %s", yes_no(s2.error() != nullptr));
+  check(s2.error() != nullptr, "a stream that waited on a failed event reports it");
+}
+
+void two_streams(const Context& ctx) {
+  ev::Stream s1(ctx.device), s2(ctx.device);
+  ev::Tensor a = ctx.randn(ctx.big_n), b = ctx.randn(ctx.big_n);
+  ev::Tensor c = ctx.randn(ctx.big_n), d = ctx.randn(ctx.big_n);
+  ev::synchronize(ctx.device);  // inputs made: keep their creation out of the timing
+
+  // Streams are independent: s2 runs to the end while s1 is held back.
+  ev::UserEvent gate(ctx.device);
+  s1.wait(gate);
+  ev::Tensor o1, o2;
+  {
+    ev::StreamGuard guard(s1);
+    o1 = ev::matmul(a, b);
+  }
+  {
+    ev::StreamGuard guard(s2);
+    o2 = ev::matmul(c, d);
+  }
+  o2.wait();
+  say("s1 held back, s2 free        -> o2 ready %s while o1 ready %s", yes_no(o2.ready()),
+      yes_no(o1.ready()));
+  check(o2.ready() && !o1.ready(), "a stream must not wait for another one");
+  gate.set();
+  o1.wait();
+
+  // The gain: the same two matmuls on one stream, then on two. An event tied to both ops
+  // spans them, from the first start to the last end.
+  ev::Event serial;
+  serial.record(ev::matmul(a, b));
+  serial.record(ev::matmul(c, d));
+  serial.wait();
+  ev::Event e1, e2, both;
+  {
+    ev::StreamGuard guard(s1);
+    o1 = ev::matmul(a, b);
+  }
+  {
+    ev::StreamGuard guard(s2);
+    o2 = ev::matmul(c, d);
+  }
+  e1.record(o1);
+  e2.record(o2);
+  both.record(o1);
+  both.record(o2);
+  ev::wait_all({e1, e2, both});
+  Micros one = serial.time_elapsed(), two = both.time_elapsed();
+  Micros t1 = e1.time_elapsed(), t2 = e2.time_elapsed();
+  say("2 matmuls on one stream:  %s, first start to last end", us(one).c_str());
+  say("2 matmuls on two streams: %s -> %.2fx the throughput", us(two).c_str(), one / two);
+  say("on two streams each op took: s1 %s, s2 %s (sharing the device)", us(t1).c_str(),
+      us(t2).c_str());
+  // The gain depends on the machine (ops that each fill the device, as a big matmul on a
+  // CPU's cores does, gain little), so it is reported, not checked. That an event tied to
+  // two ops spans both is a rule.
+  check(two >= std::max(t1, t2), "an event tied to two ops must span both");
+}
+
+struct Scenario {
+  const char* title;
+  const char* source;  // which point of the seed (shared/seed/README.md) it shows
+  void (*run)(const Context&);
+};
+
+const Scenario kScenarios[] = {
+    {"A new event is not completed", "seed 1", new_event_is_not_completed},
+    {"Wait for an op to complete", "seed 2, 3", wait_for_one_op},
+    {"One event tied to several ops", "seed 2", one_event_several_ops},
+    {"Synchronize several ops: wait_all", "seed 8", wait_all_events},
+    {"Analyse an op's performance: time_elapsed", "seed 7", analyse_performance},
+    {"Check for completion: poll", "seed 4", poll_loop},
+    {"Reset an event", "seed 5", reset_event},
+    {"Attributes: completed and device", "seed 6", attributes},
+    {"matmul is asynchronous", "seed 9", matmul_is_asynchronous},
+    {"Device-wide synchronize", "seed 10", device_synchronize},
+    {"Completion callback and a waiting thread", "seed 11", completion_callback},
+    {"A custom event class with set() and wait()", "seed 12", custom_event},
+    {"Waiting with a timeout: wait_for", "beyond the seed", timeouts},
+    {"Wait for the first of several: wait_any", "beyond the seed", wait_any_event},
+    {"A UserEvent gates a stream", "beyond the seed", user_event_gate},
+    {"Two streams run side by side", "beyond the seed", two_streams},
+};
+
+// What went wrong, with the cause of an OpError.
+std::string describe(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const CheckFailed& e) {
+    return std::string("check failed: ") + e.what();
+  } catch (const ev::OpError& e) {
+    std::string s = std::string("OpError: ") + e.what();
+    if (e.cause()) s += " (cause: " + describe(e.cause()) + ")";
+    return s;
+  } catch (const ev::Error& e) {
+    return std::string("eventide error: ") + e.what();
+  } catch (const std::exception& e) {
+    return std::string("exception: ") + e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+}  // namespace
+
+int run_demo(Device device) {
+  Context ctx{device};
+  if (device.is_cuda()) {
+    // A GPU finishes a 1024 matmul in microseconds; asynchrony shows on bigger work.
+    ctx.n = 1024;
+    ctx.big_n = 4096;
+  }
+  ev::manual_seed(2024);  // the same printed values on every run
+  const int total = static_cast<int>(std::size(kScenarios));
+  std::string name = ev::device_info(device).name;
+  std::printf("eventide %s demo on %s%s\n", std::string(ev::version()).c_str(),
+              device.str().c_str(), name == device.str() ? "" : (" (" + name + ")").c_str());
+  std::printf("The scenarios of the seed tutorial, then what eventide adds; times in µs.\n");
+
+  std::vector<int> failed;
+  auto start = Clock::now();
+  for (int i = 0; i < total; ++i) {
+    const Scenario& sc = kScenarios[i];
+    std::printf("\n[%d/%d] %s  (%s)\n", i + 1, total, sc.title, sc.source);
+    auto t0 = Clock::now();
+    try {
+      sc.run(ctx);
+      std::printf("    -> ok (%s)\n", us(Clock::now() - t0).c_str());
+    } catch (...) {
+      std::printf("    -> FAILED: %s\n", describe(std::current_exception()).c_str());
+      failed.push_back(i + 1);
+      // Leave nothing of a failed scenario running into the next one.
+      try {
+        ev::synchronize(device);
+      } catch (...) {
+      }
+    }
+    std::fflush(stdout);
+  }
+
+  double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  if (failed.empty()) {
+    std::printf("\nsummary: all %d scenarios passed on %s in %.1f ms\n", total,
+                device.str().c_str(), ms);
+    return kExitOk;
+  }
+  std::string which;
+  for (int f : failed) which += (which.empty() ? "" : ", ") + std::to_string(f);
+  std::printf("\nsummary: %d of %d scenarios FAILED on %s (%s) in %.1f ms\n",
+              static_cast<int>(failed.size()), total, device.str().c_str(), which.c_str(), ms);
+  return kExitFailed;
+}
+
+}  // namespace eventide::cli
