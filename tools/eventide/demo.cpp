@@ -311,10 +311,25 @@ void reset_event(const Context& ctx) {
   check(!event.completed() && event.status() == ev::EventStatus::empty,
         "reset() must make the event empty again");
 
-  // The event can be used again: record new work on it.
-  event.record(ev::matmul(output, output));
+  // The event can be used again: record new work on it. While that work is pending, reset()
+  // refuses (the event would forget work still running); a UserEvent holds the work back so
+  // the refusal shows on any machine.
+  ev::UserEvent gate;
+  ev::Stream s(ctx.device);
+  s.wait(gate);
+  {
+    ev::StreamGuard guard(s);
+    event.record(ev::matmul(output, output));
+  }
+  try {
+    event.reset();
+    check(false, "reset() of a pending event must be a StateError");
+  } catch (const ev::StateError& e) {
+    say("event.record(...); event.reset() while pending -> StateError: %s", e.what());
+  }
+  gate.set();
   event.wait();
-  say("event.record(...); event.wait(); completed() = %s (reused)", yes_no(event.completed()));
+  say("gate.set(); event.wait(); completed() = %s (reused)", yes_no(event.completed()));
   check(event.completed(), "a reset event must be usable again");
 }
 
