@@ -3,7 +3,7 @@
 # missing ones and fails. Usage: scripts/deps.sh [group...]   groups: build test bench python
 set -euo pipefail
 
-declare -A GROUPS=(
+declare -A PACKAGES=(
   [build]="cmake ninja-build g++ libopenblas-dev"
   [test]="libgtest-dev libgmock-dev"
   [bench]="libbenchmark-dev"
@@ -12,8 +12,8 @@ declare -A GROUPS=(
 
 wanted=()
 for g in "${@:-build}"; do
-  [[ -n "${GROUPS[$g]:-}" ]] || { echo "deps.sh: unknown group '$g'" >&2; exit 2; }
-  wanted+=(${GROUPS[$g]})
+  [[ -n "${PACKAGES[$g]:-}" ]] || { echo "deps.sh: unknown group '$g'" >&2; exit 2; }
+  wanted+=(${PACKAGES[$g]})
 done
 
 missing=()
