@@ -1,0 +1,191 @@
+"""eventide: asynchronous device work and its synchronization.
+
+Device work runs asynchronously on streams; events tell the host, other streams and
+callbacks when it is done and how long it took::
+
+    import eventide as ev
+
+    a = ev.randn(512, 512)
+    b = ev.randn(512, 512)
+    out = ev.matmul(a, b)         # returns at once; the work runs on the current stream
+    e = ev.Event()                # empty: not completed
+    e.record(out)                 # tied to the op that produced `out`
+    e.wait()                      # blocks (releasing the GIL; Ctrl-C interrupts)
+    print(e.time_elapsed(), "us") # the op's own device time, in microseconds
+
+An event is *empty* (new, or after ``reset()``), *pending* (tied work outstanding) or
+*finished* (all tied work done; *failed* if some of it raised). ``wait()`` on an empty event
+raises :class:`EventStateError` instead of hanging. Events are awaitable (``await e``), and
+callbacks (``e.add_callback(fn)``, ``tensor.add_completion_callback(fn)``) run on a thread the
+runtime owns. See the README for the mapping from ``torch.mps`` / ``torch.cuda`` names.
+"""
+
+from __future__ import annotations
+
+import asyncio as _asyncio
+import contextlib as _contextlib
+from typing import Any, Iterable, Optional, Sequence
+
+from ._eventide import (  # noqa: F401  (re-exported)
+    Device,
+    DeviceError,
+    Event,
+    EventideError,
+    EventStateError,
+    InvalidArgumentError,
+    OpError,
+    Stream,
+    Tensor,
+    UserEvent,
+    __version__,
+    add,
+    bfloat16,
+    current_stream,
+    default_device,
+    default_stream,
+    device_info,
+    devices,
+    dtype,
+    empty,
+    float16,
+    float32,
+    float64,
+    from_dlpack,
+    from_numpy,
+    full,
+    int32,
+    int64,
+    is_available,
+    manual_seed,
+    matmul,
+    mul,
+    ones,
+    rand,
+    randn,
+    synchronize,
+    tensor,
+    wait_any,
+    zeros,
+)
+from . import _eventide
+
+__all__ = [
+    "Device", "DeviceError", "Event", "EventideError", "EventStateError", "InvalidArgumentError",
+    "OpError", "Stream", "Tensor", "UserEvent", "add", "bfloat16", "current_stream",
+    "default_device", "default_stream", "device_info", "devices", "dtype", "empty", "float16",
+    "float32", "float64", "from_dlpack", "from_numpy", "full", "int32", "int64", "is_available",
+    "manual_seed", "matmul", "mul", "ones", "rand", "randn", "stream", "synchronize", "tensor",
+    "wait_all", "wait_all_async", "wait_any", "wait_any_async", "zeros",
+]
+
+
+def wait_all(events: Iterable[Any], timeout: Optional[float] = None) -> bool:
+    """Block until every event has finished; raise the first failure (in list order).
+
+    ``events`` may also hold objects of your own with a ``wait()`` method (the seed's custom
+    event classes): those are waited on in turn, after the eventide events. Returns False if
+    ``timeout`` seconds passed first (user objects are given the time that is left, when their
+    ``wait`` takes a ``timeout``).
+    """
+    events = list(events)
+    ours = [e for e in events if isinstance(e, Event)]
+    theirs = [e for e in events if not isinstance(e, Event)]
+    for obj in theirs:
+        if not callable(getattr(obj, "wait", None)):
+            raise InvalidArgumentError(
+                f"wait_all: {obj!r} is neither an eventide event nor has a wait() method")
+    import time
+    start = time.monotonic()
+    if ours and not _eventide._wait_all_events(ours, timeout):
+        return False
+    for obj in theirs:
+        if timeout is None:
+            obj.wait()
+            continue
+        left = max(0.0, timeout - (time.monotonic() - start))
+        try:
+            result = obj.wait(timeout=left)
+        except TypeError:
+            result = obj.wait()
+        if result is False:
+            return False
+    return True
+
+
+@_contextlib.contextmanager
+def stream(s: Optional[Stream]):
+    """``with ev.stream(s):`` makes ``s`` the current stream of its device in the block
+    (``None``: no change), like ``torch.cuda.stream``."""
+    if s is None:
+        yield None
+        return
+    with s:
+        yield s
+
+
+# --- asyncio -------------------------------------------------------------------------------
+
+def _settle(future: "_asyncio.Future[None]", event: Event) -> None:
+    # Runs in the event loop's thread. A cancelled await leaves the future done: nothing to do,
+    # and the event itself is untouched and still usable.
+    if future.done():
+        return
+    error = event.error
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(None)
+
+
+def _event_future(event: Event) -> "_asyncio.Future[None]":
+    """A future of the running loop, completed (from the callback thread, through
+    ``loop.call_soon_threadsafe``: never by polling) when ``event`` finishes."""
+    loop = _asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def on_finish() -> None:
+        try:
+            loop.call_soon_threadsafe(_settle, future, event)
+        except RuntimeError:
+            pass  # the loop has been closed: nobody is awaiting any more
+
+    event.add_callback(on_finish)  # raises EventStateError on an empty event
+    return future
+
+
+def _event_await(self: Event):
+    return _event_future(self).__await__()
+
+
+Event.__await__ = _event_await  # type: ignore[attr-defined]
+
+
+async def wait_all_async(events: Sequence[Event]) -> None:
+    """``await ev.wait_all_async([e1, e2])``: every event finished; raises the first failure."""
+    futures = [_event_future(e) for e in events]
+    try:
+        await _asyncio.gather(*futures)
+    finally:
+        for f in futures:
+            f.cancel()
+
+
+async def wait_any_async(events: Sequence[Event], timeout: Optional[float] = None) -> Optional[int]:
+    """``await ev.wait_any_async([e1, e2])``: the index of the first event to finish (the
+    lowest among those already finished), or None after ``timeout`` seconds."""
+    events = list(events)
+    if not events:
+        raise InvalidArgumentError("wait_any_async: the list of events is empty")
+    for i, e in enumerate(events):
+        if e.poll():
+            return i
+    futures = [_event_future(e) for e in events]
+    try:
+        done, _ = await _asyncio.wait(futures, timeout=timeout,
+                                      return_when=_asyncio.FIRST_COMPLETED)
+        if not done:
+            return None
+        return min(futures.index(f) for f in done)
+    finally:
+        for f in futures:
+            f.cancel()

@@ -1,0 +1,852 @@
+// The `eventide._eventide` extension: the C++ API for Python.
+//
+// Threads: every blocking call releases the GIL and waits in slices so that Ctrl-C
+// (KeyboardInterrupt) ends it; Python callbacks run on the runtime's callback thread holding
+// the GIL only while they run, and an exception in one goes to sys.unraisablehook.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "core/event_state.hpp"
+#include "core/runtime.hpp"
+#include "core/stream_state.hpp"
+#include "core/tensor_state.hpp"
+#include "dlpack.hpp"
+#include "eventide/eventide.hpp"
+#include "ops/half.hpp"
+#include "ops/kernels.hpp"
+#include "py_support.hpp"
+
+namespace eventide::python {
+namespace {
+
+using namespace pybind11::literals;
+using std::chrono::nanoseconds;
+
+// --- Conversions ---------------------------------------------------------------------------
+
+const char* py_name(DType d) {
+  switch (d) {
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::i32: return "int32";
+    case DType::i64: return "int64";
+    case DType::f16: return "float16";
+    case DType::bf16: return "bfloat16";
+  }
+  return "?";
+}
+
+// None (the default), an eventide dtype, a name ("float32", "f32"), a NumPy dtype or type, or
+// a torch dtype.
+DType to_dtype(const py::handle& obj, DType fallback = DType::f32) {
+  if (obj.is_none()) return fallback;
+  if (py::isinstance<DType>(obj)) return obj.cast<DType>();
+  if (py::isinstance<py::str>(obj)) return parse_dtype(obj.cast<std::string>());
+  std::string text = py::str(obj).cast<std::string>();
+  if (text.rfind("torch.", 0) == 0) return parse_dtype(text.substr(6));
+  try {
+    py::object np_dtype = py::module_::import("numpy").attr("dtype")(obj);
+    return parse_dtype(np_dtype.attr("name").cast<std::string>());
+  } catch (const py::error_already_set&) {
+    throw InvalidArgument("not a dtype: " + py::repr(obj).cast<std::string>());
+  }
+}
+
+std::optional<Device> to_device(const py::handle& obj) {
+  if (obj.is_none()) return std::nullopt;
+  if (py::isinstance<Device>(obj)) return obj.cast<Device>();
+  if (py::isinstance<py::str>(obj)) return Device(obj.cast<std::string>());
+  // torch.device and similar: their str() is the spelling ("cuda:0", "cpu").
+  if (py::hasattr(obj, "type")) return Device(py::str(obj).cast<std::string>());
+  throw InvalidArgument("not a device: " + py::repr(obj).cast<std::string>());
+}
+
+Device device_or_default(const py::handle& obj) {
+  auto d = to_device(obj);
+  return d ? *d : default_device();
+}
+
+// Shapes: ints, or one sequence of ints: rand(2, 3) == rand((2, 3)).
+Shape to_shape(const py::tuple& args, const char* fn) {
+  Shape shape;
+  auto add = [&](const py::handle& h) {
+    if (!PyIndex_Check(h.ptr())) {
+      throw InvalidArgument(std::string(fn) + ": shape entries must be ints, got " +
+                            py::repr(h).cast<std::string>());
+    }
+    shape.push_back(h.cast<std::int64_t>());
+  };
+  if (args.size() == 1 && !PyIndex_Check(args[0].ptr())) {
+    if (!py::isinstance<py::sequence>(args[0])) {
+      throw InvalidArgument(std::string(fn) + ": the shape must be ints or one sequence of ints");
+    }
+    for (py::handle h : args[0]) add(h);
+  } else {
+    for (py::handle h : args) add(h);
+  }
+  return shape;
+}
+
+py::tuple to_tuple(const Shape& shape) {
+  py::tuple t(shape.size());
+  for (std::size_t i = 0; i < shape.size(); ++i) t[i] = py::int_(shape[i]);
+  return t;
+}
+
+// --- Callbacks -----------------------------------------------------------------------------
+
+// A Python callable run by the runtime's callback thread.
+struct PyCallback {
+  PyHandle fn;
+  void operator()() {
+    if (!python_alive()) return;
+    py::gil_scoped_acquire gil;
+    try {
+      fn.get()();
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("eventide callback");
+    }
+  }
+};
+
+detail::Callback to_callback(const py::object& fn, const char* where) {
+  if (!PyCallable_Check(fn.ptr())) {
+    throw InvalidArgument(std::string(where) + ": the callback is not callable: " +
+                          py::repr(fn).cast<std::string>());
+  }
+  return detail::Callback(PyCallback{PyHandle(fn)});
+}
+
+// --- Waiting -------------------------------------------------------------------------------
+
+bool wait_event(const Event& e, const py::object& timeout) {
+  auto& state = *e.state();
+  bool done = wait_interruptible([&] { return state.poll(); },
+                                 [&](nanoseconds slice) {
+                                   return state.wait_until(detail::deadline_after(slice));
+                                 },
+                                 parse_timeout(timeout));
+  if (done) {
+    if (auto err = state.error()) std::rethrow_exception(err);
+  }
+  return done;
+}
+
+void wait_tensor(const Tensor& t) {
+  auto producer = t.state()->producer();
+  if (!producer) return;
+  wait_interruptible([&] { return producer->done(); },
+                     [&](nanoseconds slice) {
+                       return detail::wait_for_fence(producer->timeline(), producer->seq(),
+                                                     detail::deadline_after(slice));
+                     },
+                     std::nullopt);
+  if (producer->error()) std::rethrow_exception(producer->error());
+}
+
+void synchronize_streams(const std::vector<std::shared_ptr<detail::StreamState>>& streams) {
+  for (const auto& s : streams) {
+    wait_interruptible([&] { return s->query(); },
+                       [&](nanoseconds slice) {
+                         return s->synchronize_until(detail::deadline_after(slice));
+                       },
+                       std::nullopt);
+  }
+}
+
+std::vector<Event> to_events(const py::sequence& seq, const char* fn) {
+  std::vector<Event> events;
+  events.reserve(seq.size());
+  for (py::handle h : seq) {
+    if (!py::isinstance<Event>(h)) {
+      throw InvalidArgument(std::string(fn) + ": expected eventide events, got " +
+                            py::repr(h).cast<std::string>());
+    }
+    events.push_back(h.cast<Event>());
+  }
+  return events;
+}
+
+bool wait_all_events(const py::sequence& seq, const py::object& timeout) {
+  std::vector<Event> events = to_events(seq, "wait_all");
+  auto t = parse_timeout(timeout);
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (t && *t < 1e9) {
+    deadline = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<nanoseconds>(std::chrono::duration<double>(*t));
+  }
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (events[i].state()->status() == EventStatus::empty) {
+      throw StateError("wait_all: event " + std::to_string(i) + " (" + events[i].str() +
+                       ") is empty and would never finish");
+    }
+  }
+  for (const Event& e : events) {
+    auto& state = *e.state();
+    std::optional<double> left;
+    if (deadline) {
+      left = std::max(0.0, std::chrono::duration<double>(*deadline -
+                                                         std::chrono::steady_clock::now()).count());
+    }
+    bool done = wait_interruptible([&] { return state.poll(); },
+                                   [&](nanoseconds slice) {
+                                     return state.wait_until(detail::deadline_after(slice));
+                                   },
+                                   left);
+    if (!done) return false;
+  }
+  for (const Event& e : events) {
+    if (auto err = e.error()) std::rethrow_exception(err);
+  }
+  return true;
+}
+
+py::object wait_any_events(const py::sequence& seq, const py::object& timeout) {
+  std::vector<Event> events = to_events(seq, "wait_any");
+  std::optional<std::size_t> index;
+  auto first_done = [&] {
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (events[i].poll()) return std::optional<std::size_t>(i);
+    }
+    return std::optional<std::size_t>();
+  };
+  if (events.empty()) throw InvalidArgument("wait_any: the list of events is empty");
+  bool done = wait_interruptible([&] { return (index = first_done()).has_value(); },
+                                 [&](nanoseconds slice) {
+                                   index = eventide::wait_any(events, slice);
+                                   return index.has_value();
+                                 },
+                                 parse_timeout(timeout));
+  if (!done) return py::none();
+  return py::int_(*index);
+}
+
+// --- Streams as context managers -----------------------------------------------------------
+
+thread_local std::vector<std::unique_ptr<StreamGuard>> tls_guards;
+
+void enter_stream(const Stream& s) { tls_guards.push_back(std::make_unique<StreamGuard>(s)); }
+
+void exit_stream() {
+  if (!tls_guards.empty()) tls_guards.pop_back();
+}
+
+// --- Tensors and NumPy ---------------------------------------------------------------------
+
+class PyStorage final : public detail::Storage {
+ public:
+  PyStorage(void* data, std::size_t bytes, Device device, py::object owner)
+      : Storage(data, bytes, device), owner_(std::move(owner)) {}
+
+ private:
+  PyHandle owner_;
+};
+
+// A tensor on memory eventide did not allocate; no op produced it, so it is ready at once.
+Tensor wrap(Shape shape, DType dtype, Device device, detail::Ref<detail::Storage> storage) {
+  return Tensor(std::make_shared<detail::TensorState>(std::move(shape), dtype, device,
+                                                      std::move(storage)));
+}
+
+py::dtype numpy_dtype(DType d) {
+  switch (d) {
+    case DType::f32: return py::dtype::of<float>();
+    case DType::f64: return py::dtype::of<double>();
+    case DType::i32: return py::dtype::of<std::int32_t>();
+    case DType::i64: return py::dtype::of<std::int64_t>();
+    case DType::f16: return py::dtype("float16");
+    case DType::bf16: break;
+  }
+  throw InvalidArgument("NumPy has no bfloat16: convert the tensor on the device first");
+}
+
+std::optional<DType> from_numpy_dtype(const py::dtype& dt) {
+  std::string n = py::str(dt.attr("name")).cast<std::string>();
+  if (n == "float32") return DType::f32;
+  if (n == "float64") return DType::f64;
+  if (n == "int32") return DType::i32;
+  if (n == "int64") return DType::i64;
+  if (n == "float16") return DType::f16;
+  return std::nullopt;
+}
+
+std::vector<py::ssize_t> c_strides(const Shape& shape, std::size_t item) {
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t s = static_cast<py::ssize_t>(item);
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= static_cast<py::ssize_t>(std::max<std::int64_t>(shape[i], 1));
+  }
+  return strides;
+}
+
+// A read-only NumPy view of a CPU tensor's memory (kept alive by the array), or a copy of a
+// device tensor's. Waits for the producer.
+py::array to_numpy(const Tensor& t) {
+  wait_tensor(t);
+  const auto& s = *t.state();
+  py::dtype dt = numpy_dtype(s.dtype);
+  std::vector<py::ssize_t> shape(s.shape.begin(), s.shape.end());
+  if (s.device.is_cpu()) {
+    auto* keep = new std::shared_ptr<detail::TensorState>(t.state());
+    py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<detail::TensorState>*>(p); });
+    py::array arr(dt, shape, c_strides(s.shape, itemsize(s.dtype)), s.storage->data(), base);
+    arr.attr("setflags")("write"_a = false);
+    return arr;
+  }
+  py::array arr(dt, shape);
+  {
+    py::gil_scoped_release release;
+    detail::Runtime::get().context(s.device).backend().kernels().download(s, arr.mutable_data());
+  }
+  return arr;
+}
+
+Tensor from_numpy(const py::array& input, const py::object& device_obj) {
+  Device device = to_device(device_obj).value_or(Device::cpu());
+  auto dtype = from_numpy_dtype(input.dtype());
+  if (!dtype) {
+    throw InvalidArgument("from_numpy: unsupported dtype " +
+                          py::str(input.dtype()).cast<std::string>() +
+                          " (supported: float32, float64, int32, int64, float16)");
+  }
+  Shape shape(input.shape(), input.shape() + input.ndim());
+  const bool contiguous = (input.flags() & py::array::c_style) != 0;
+  const bool aligned = (input.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) != 0;
+  if (device.is_cpu() && contiguous && aligned) {
+    // No copy: the tensor reads the array's memory, and keeps the array alive.
+    void* data = const_cast<void*>(input.data());
+    std::size_t bytes = static_cast<std::size_t>(input.nbytes());
+    detail::Ref<detail::Storage> storage(new PyStorage(data, bytes, device, input));
+    return wrap(std::move(shape), *dtype, device, std::move(storage));
+  }
+  py::array compact = py::module_::import("numpy").attr("ascontiguousarray")(input);
+  return eventide::from_host(compact.data(), std::move(shape), *dtype, device);
+}
+
+// ev.tensor(data): a copy of any array-like. Python floats become float32 and ints int64 (as
+// in PyTorch) unless `dtype` says otherwise; NumPy arrays keep their dtype.
+Tensor tensor_from_data(const py::object& data, const py::object& dtype_obj,
+                        const py::object& device_obj) {
+  py::module_ np = py::module_::import("numpy");
+  Device device = device_or_default(device_obj);
+  if (py::isinstance<Tensor>(data)) {
+    Tensor t = data.cast<Tensor>();
+    if (!dtype_obj.is_none() && to_dtype(dtype_obj) != t.dtype()) {
+      throw InvalidArgument("tensor: converting the dtype of a tensor is not supported");
+    }
+    return t.to(device);
+  }
+  py::array arr;
+  if (dtype_obj.is_none()) {
+    arr = np.attr("asarray")(data);
+    if (!py::isinstance<py::array>(data)) {
+      std::string kind = py::str(arr.dtype().attr("kind")).cast<std::string>();
+      if (kind == "f") arr = arr.attr("astype")("float32");
+      if (kind == "i" || kind == "u" || kind == "b") arr = arr.attr("astype")("int64");
+    }
+  } else {
+    DType want = to_dtype(dtype_obj);
+    if (want == DType::bf16) {
+      py::array f = np.attr("ascontiguousarray")(data, "dtype"_a = "float32");
+      std::vector<std::uint16_t> bits(static_cast<std::size_t>(f.size()));
+      const float* src = static_cast<const float*>(f.data());
+      for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = ops::float_to_bf16(src[i]);
+      Shape shape(f.shape(), f.shape() + f.ndim());
+      return eventide::from_host(bits.data(), std::move(shape), DType::bf16, device);
+    }
+    arr = np.attr("asarray")(data, "dtype"_a = py_name(want));
+  }
+  arr = np.attr("ascontiguousarray")(arr);
+  auto dtype = from_numpy_dtype(arr.dtype());
+  if (!dtype) {
+    throw InvalidArgument("tensor: unsupported dtype " + py::str(arr.dtype()).cast<std::string>());
+  }
+  Shape shape(arr.shape(), arr.shape() + arr.ndim());
+  return eventide::from_host(arr.data(), std::move(shape), *dtype, device);
+}
+
+// --- DLPack --------------------------------------------------------------------------------
+
+DLDataType dl_dtype(DType d) {
+  switch (d) {
+    case DType::f32: return {kDLFloat, 32, 1};
+    case DType::f64: return {kDLFloat, 64, 1};
+    case DType::i32: return {kDLInt, 32, 1};
+    case DType::i64: return {kDLInt, 64, 1};
+    case DType::f16: return {kDLFloat, 16, 1};
+    case DType::bf16: return {kDLBfloat, 16, 1};
+  }
+  return {kDLFloat, 32, 1};
+}
+
+std::optional<DType> from_dl_dtype(DLDataType t) {
+  if (t.lanes != 1) return std::nullopt;
+  if (t.code == kDLFloat && t.bits == 32) return DType::f32;
+  if (t.code == kDLFloat && t.bits == 64) return DType::f64;
+  if (t.code == kDLFloat && t.bits == 16) return DType::f16;
+  if (t.code == kDLBfloat && t.bits == 16) return DType::bf16;
+  if (t.code == kDLInt && t.bits == 32) return DType::i32;
+  if (t.code == kDLInt && t.bits == 64) return DType::i64;
+  return std::nullopt;
+}
+
+DLDevice dl_device(Device d) {
+  return d.is_cpu() ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, d.index()};
+}
+
+// What an exported capsule owns: the tensor (its memory) and the shape arrays.
+struct Export {
+  std::shared_ptr<detail::TensorState> keep;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+  DLManagedTensor legacy{};
+  DLManagedTensorVersioned versioned{};
+};
+
+void fill_dl_tensor(Export& ex, DLTensor& t) {
+  const auto& s = *ex.keep;
+  t.data = s.storage->data();
+  t.device = dl_device(s.device);
+  t.ndim = static_cast<std::int32_t>(s.shape.size());
+  t.dtype = dl_dtype(s.dtype);
+  t.shape = ex.shape.data();
+  t.strides = ex.strides.data();
+  t.byte_offset = 0;
+}
+
+py::capsule export_dlpack(const Tensor& t, bool versioned) {
+  auto* ex = new Export;
+  ex->keep = t.state();
+  ex->shape = t.shape();
+  ex->strides.resize(ex->shape.size());
+  std::int64_t s = 1;
+  for (std::size_t i = ex->shape.size(); i-- > 0;) {
+    ex->strides[i] = s;
+    s *= std::max<std::int64_t>(ex->shape[i], 1);
+  }
+  if (versioned) {
+    ex->versioned.version = {1, 0};
+    ex->versioned.manager_ctx = ex;
+    ex->versioned.deleter = [](DLManagedTensorVersioned* m) { delete static_cast<Export*>(m->manager_ctx); };
+    ex->versioned.flags = 0;
+    fill_dl_tensor(*ex, ex->versioned.dl_tensor);
+    PyObject* cap = PyCapsule_New(&ex->versioned, "dltensor_versioned", [](PyObject* c) {
+      if (PyCapsule_IsValid(c, "dltensor_versioned")) {  // never consumed
+        auto* m = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
+        m->deleter(m);
+      }
+    });
+    if (!cap) {
+      delete ex;
+      throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::capsule>(cap);
+  }
+  ex->legacy.manager_ctx = ex;
+  ex->legacy.deleter = [](DLManagedTensor* m) { delete static_cast<Export*>(m->manager_ctx); };
+  fill_dl_tensor(*ex, ex->legacy.dl_tensor);
+  PyObject* cap = PyCapsule_New(&ex->legacy, "dltensor", [](PyObject* c) {
+    if (PyCapsule_IsValid(c, "dltensor")) {
+      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+      m->deleter(m);
+    }
+  });
+  if (!cap) {
+    delete ex;
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(cap);
+}
+
+py::capsule dlpack_method(const Tensor& t, const py::object& stream, const py::object& max_version,
+                          const py::object& dl_device_obj, const py::object& copy) {
+  const auto& s = *t.state();
+  if (!dl_device_obj.is_none()) {
+    auto want = dl_device_obj.cast<std::pair<int, int>>();
+    DLDevice have = dl_device(s.device);
+    if (want.first != have.device_type || want.second != have.device_id) {
+      throw py::buffer_error("__dlpack__: cannot export a tensor on " + s.device.str() +
+                             " to another device");
+    }
+  }
+  if (s.device.is_cpu() && !stream.is_none()) {
+    throw py::buffer_error("__dlpack__: stream must be None for a cpu tensor");
+  }
+  // The consumer reads the memory as soon as it has the capsule: the producer must be done.
+  wait_tensor(t);
+  Tensor out = t;
+  if (!copy.is_none() && copy.cast<bool>()) {
+    out = eventide::from_host(s.storage->data(), s.shape, s.dtype, s.device);
+    wait_tensor(out);
+  }
+  bool versioned = false;
+  if (!max_version.is_none()) {
+    auto v = max_version.cast<std::pair<int, int>>();
+    versioned = v.first >= 1;
+  }
+  return export_dlpack(out, versioned);
+}
+
+// Memory imported through DLPack: released through the producer's deleter.
+class DlpackStorage final : public detail::Storage {
+ public:
+  DlpackStorage(void* data, std::size_t bytes, Device device, void* managed, bool versioned)
+      : Storage(data, bytes, device), managed_(managed), versioned_(versioned) {}
+  ~DlpackStorage() override {
+    if (!python_alive()) return;  // the producer's deleter may need the interpreter
+    PyGILState_STATE gil = PyGILState_Ensure();
+    if (versioned_) {
+      auto* m = static_cast<DLManagedTensorVersioned*>(managed_);
+      if (m->deleter) m->deleter(m);
+    } else {
+      auto* m = static_cast<DLManagedTensor*>(managed_);
+      if (m->deleter) m->deleter(m);
+    }
+    PyGILState_Release(gil);
+  }
+
+ private:
+  void* managed_;
+  bool versioned_;
+};
+
+Tensor from_dlpack(const py::object& obj) {
+  py::object cap = obj;
+  if (py::hasattr(obj, "__dlpack__")) {
+    try {
+      cap = obj.attr("__dlpack__")("max_version"_a = py::make_tuple(1, 0));
+    } catch (const py::error_already_set& e) {
+      if (!e.matches(PyExc_TypeError)) throw;
+      cap = obj.attr("__dlpack__")();  // a producer that predates DLPack 1.0
+    }
+  }
+  if (!PyCapsule_CheckExact(cap.ptr())) {
+    throw InvalidArgument("from_dlpack: expected an object with __dlpack__ or a DLPack capsule, got " +
+                          py::repr(obj).cast<std::string>());
+  }
+  bool versioned = PyCapsule_IsValid(cap.ptr(), "dltensor_versioned");
+  if (!versioned && !PyCapsule_IsValid(cap.ptr(), "dltensor")) {
+    throw InvalidArgument("from_dlpack: the capsule was already consumed or is not a DLPack tensor");
+  }
+  void* managed = PyCapsule_GetPointer(cap.ptr(), versioned ? "dltensor_versioned" : "dltensor");
+  DLTensor& t = versioned ? static_cast<DLManagedTensorVersioned*>(managed)->dl_tensor
+                          : static_cast<DLManagedTensor*>(managed)->dl_tensor;
+  Device device;
+  if (t.device.device_type == kDLCPU || t.device.device_type == kDLCUDAHost) {
+    device = Device::cpu();
+  } else if (t.device.device_type == kDLCUDA) {
+    device = Device::cuda(t.device.device_id);
+  } else {
+    throw InvalidArgument("from_dlpack: unsupported DLPack device type " +
+                          std::to_string(t.device.device_type));
+  }
+  if (!is_available(device)) throw InvalidArgument("from_dlpack: device " + device.str() + " is not available");
+  auto dtype = from_dl_dtype(t.dtype);
+  if (!dtype) {
+    throw InvalidArgument("from_dlpack: unsupported DLPack dtype (code " + std::to_string(t.dtype.code) +
+                          ", " + std::to_string(t.dtype.bits) + " bits, " +
+                          std::to_string(t.dtype.lanes) + " lanes)");
+  }
+  Shape shape(t.shape, t.shape + t.ndim);
+  if (t.strides) {
+    std::int64_t expect = 1;
+    for (int i = t.ndim; i-- > 0;) {
+      if (shape[i] != 1 && t.strides[i] != expect) {
+        throw InvalidArgument("from_dlpack: only C-contiguous tensors can be shared without a copy; "
+                              "make it contiguous first");
+      }
+      expect *= shape[i];
+    }
+  }
+  void* data = static_cast<char*>(t.data) + t.byte_offset;
+  std::size_t bytes = static_cast<std::size_t>(numel(shape)) * itemsize(*dtype);
+  // Ownership moves to the storage: the capsule is marked consumed.
+  PyCapsule_SetName(cap.ptr(), versioned ? "used_dltensor_versioned" : "used_dltensor");
+  detail::Ref<detail::Storage> storage(new DlpackStorage(data, bytes, device, managed, versioned));
+  return wrap(std::move(shape), *dtype, device, std::move(storage));
+}
+
+// --- Reprs ---------------------------------------------------------------------------------
+
+std::string event_repr(const Event& e) {
+  std::string s = e.str();  // "<Event pending on cpu, 2 ops>"
+  return "<eventide." + s.substr(1);
+}
+
+std::string tensor_repr(const Tensor& t) {
+  if (!t.defined()) return "eventide.Tensor(undefined)";
+  std::ostringstream os;
+  const auto& s = *t.state();
+  os << "eventide.Tensor(shape=" << py::repr(to_tuple(s.shape)).cast<std::string>()
+     << ", dtype=" << py_name(s.dtype) << ", device=" << s.device.str() << ", ";
+  auto producer = s.producer();
+  os << (!producer || producer->done() ? (producer && producer->error() ? "failed" : "ready")
+                                       : "pending")
+     << ')';
+  return os.str();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_eventide, m) {
+  m.doc() = "eventide: asynchronous device work and events (C++ core)";
+  register_exceptions(m);
+
+  // --- dtype ---
+  py::class_<DType>(m, "dtype", "Element types of tensors: eventide.float32, ...")
+      .def(py::init([](const py::object& spec) { return to_dtype(spec); }), "spec"_a)
+      .def("__repr__", [](DType d) { return std::string("eventide.") + py_name(d); })
+      .def("__str__", [](DType d) { return std::string("eventide.") + py_name(d); })
+      .def("__eq__", [](DType a, const py::object& b) {
+        try {
+          return !b.is_none() && to_dtype(b) == a;
+        } catch (const Error&) {
+          return false;
+        }
+      })
+      .def("__hash__", [](DType d) { return static_cast<int>(d); })
+      .def_property_readonly("name", [](DType d) { return py_name(d); })
+      .def_property_readonly("itemsize", [](DType d) { return itemsize(d); })
+      .def_property_readonly("is_floating_point", [](DType d) { return is_floating(d); });
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::f16, DType::bf16}) {
+    m.attr(py_name(d)) = py::cast(d);
+  }
+
+  // --- Device ---
+  py::class_<Device>(m, "Device", "A device: 'cpu' or 'cuda:N'.")
+      .def(py::init([](const py::object& spec) { return device_or_default(spec); }), "spec"_a)
+      .def_property_readonly("type", [](Device d) { return d.is_cpu() ? "cpu" : "cuda"; })
+      .def_property_readonly("index", [](Device d) { return d.index(); })
+      .def("__str__", &Device::str)
+      .def("__repr__", [](Device d) { return "eventide.Device('" + d.str() + "')"; })
+      .def("__eq__", [](Device a, const py::object& b) {
+        try {
+          auto d = to_device(b);
+          return d && *d == a;
+        } catch (const Error&) {
+          return false;
+        }
+      })
+      .def("__hash__", [](Device d) { return std::hash<Device>{}(d); });
+  py::implicitly_convertible<py::str, Device>();
+
+  // --- Events ---
+  py::class_<Event>(m, "Event", "An event tied to device work (see the package docstring).")
+      .def(py::init([](const py::object& device, bool enable_timing) {
+             return Event(to_device(device), EventOptions{enable_timing});
+           }),
+           "device"_a = py::none(), "enable_timing"_a = true)
+      .def("record", [](Event& e, const Tensor& t) { e.record(t); }, "tensor"_a,
+           "Tie the event to the op that produced `tensor`.")
+      .def("record", [](Event& e, const Stream& s) { e.record(s); }, "stream"_a,
+           "Tie the event to all work enqueued so far on `stream`.")
+      .def("record", [](Event& e, const py::none&) { e.record(); }, "stream"_a = py::none(),
+           "Tie the event to all work enqueued so far on the current stream.")
+      .def("wait", &wait_event, "timeout"_a = py::none(),
+           "Block until finished (True) or `timeout` seconds pass (False). Raises the error of "
+           "failed work, EventStateError if the event is empty.")
+      .def("synchronize", [](const Event& e) { wait_event(e, py::none()); },
+           "PyTorch's spelling of wait().")
+      .def("poll", &Event::poll, "True once all tied work has finished (never blocks).")
+      .def("query", &Event::poll, "PyTorch's spelling of poll().")
+      .def_property_readonly("completed", &Event::poll)
+      .def_property_readonly("device", &Event::device)
+      .def_property_readonly("status", [](const Event& e) { return std::string(name(e.status())); })
+      .def_property_readonly("enable_timing", &Event::timing_enabled)
+      .def_property_readonly("error", [](const Event& e) -> py::object {
+        auto err = e.error();
+        return err ? to_python_exception(err) : py::none();
+      })
+      .def("time_elapsed", [](const Event& e) { return e.time_elapsed().count(); },
+           "Device time of the tied work, in microseconds (float).")
+      .def("elapsed_time", [](const Event& e, const Event& end) { return e.elapsed_time(end).count(); },
+           "end"_a, "Milliseconds from this event's completion to `end`'s (PyTorch's meaning).")
+      .def("reset", &Event::reset, "Back to empty. EventStateError while pending.")
+      .def("add_callback",
+           [](Event& e, const py::object& fn) { e.add_callback(to_callback(fn, "add_callback")); },
+           "fn"_a, "Call fn() once when the event finishes, on the runtime's callback thread.")
+      .def("__repr__", &event_repr)
+      .def("__eq__", [](const Event& a, const py::object& b) {
+        return py::isinstance<Event>(b) && a == b.cast<const Event&>();
+      })
+      .def("__hash__", [](const Event& e) { return std::hash<const void*>{}(e.state().get()); });
+
+  py::class_<UserEvent, Event>(m, "UserEvent", "An event finished by host code: set() or fail(exc).")
+      .def(py::init([](const py::object& device, bool enable_timing) {
+             return UserEvent(to_device(device), EventOptions{enable_timing});
+           }),
+           "device"_a = py::none(), "enable_timing"_a = true)
+      .def("set", &UserEvent::set)
+      .def("fail", [](UserEvent& u, py::object exc) {
+        if (PyExceptionClass_Check(exc.ptr())) exc = exc();
+        if (!PyExceptionInstance_Check(exc.ptr())) {
+          throw InvalidArgument("UserEvent.fail: expected an exception, got " +
+                                py::repr(exc).cast<std::string>());
+        }
+        u.fail(std::make_exception_ptr(PythonError(exc)));
+      }, "exception"_a)
+      .def("reset", &UserEvent::reset)
+      .def("__repr__", &event_repr);
+
+  // --- Streams ---
+  py::class_<Stream>(m, "Stream", "An in-order queue of device work.")
+      .def(py::init([](const py::object& device) { return Stream(device_or_default(device)); }),
+           "device"_a = py::none())
+      .def_property_readonly("device", &Stream::device)
+      .def_property_readonly("id", &Stream::id)
+      .def("wait", [](Stream& s, const Event& e) { s.wait(e); }, "event"_a)
+      .def("wait", [](Stream& s, const Stream& other) { s.wait_stream(other); }, "stream"_a)
+      .def("wait_event", &Stream::wait_event, "event"_a)
+      .def("wait_stream", &Stream::wait_stream, "stream"_a)
+      .def("record_event",
+           [](const Stream& s, const py::object& event) -> Event {
+             if (event.is_none()) return s.record_event();
+             Event e = event.cast<Event>();
+             e.record(s);
+             return e;
+           },
+           "event"_a = py::none())
+      .def("query", &Stream::query)
+      .def("synchronize", [](const Stream& s) { synchronize_streams({s.state()}); })
+      .def_property_readonly("error", [](const Stream& s) -> py::object {
+        auto err = s.error();
+        return err ? to_python_exception(err) : py::none();
+      })
+      .def("__enter__", [](const Stream& s) { enter_stream(s); return s; })
+      .def("__exit__", [](const Stream&, const py::args&) { exit_stream(); })
+      .def("__repr__", [](const Stream& s) { return "<eventide.Stream " + s.str() + ">"; })
+      .def("__eq__", [](const Stream& a, const py::object& b) {
+        return py::isinstance<Stream>(b) && a == b.cast<const Stream&>();
+      })
+      .def("__hash__", [](const Stream& s) { return std::hash<const void*>{}(s.state().get()); });
+
+  m.def("current_stream", [](const py::object& d) { return Stream::current(device_or_default(d)); },
+        "device"_a = py::none());
+  m.def("default_stream", [](const py::object& d) { return Stream::default_stream(device_or_default(d)); },
+        "device"_a = py::none());
+  m.def("_enter_stream", &enter_stream);
+  m.def("_exit_stream", &exit_stream);
+
+  // --- Tensors ---
+  py::class_<Tensor>(m, "Tensor", "A dense array on a device; ops on it are asynchronous.")
+      .def_property_readonly("shape", [](const Tensor& t) { return to_tuple(t.shape()); })
+      .def_property_readonly("dtype", &Tensor::dtype)
+      .def_property_readonly("device", &Tensor::device)
+      .def_property_readonly("ndim", &Tensor::dim)
+      .def_property_readonly("nbytes", &Tensor::nbytes)
+      .def_property_readonly("ready", &Tensor::ready)
+      .def_property_readonly("error", [](const Tensor& t) -> py::object {
+        auto err = t.error();
+        return err ? to_python_exception(err) : py::none();
+      })
+      .def("numel", &Tensor::numel)
+      .def("__len__", [](const Tensor& t) {
+        if (t.dim() == 0) throw py::type_error("len() of a 0-d tensor");
+        return t.shape()[0];
+      })
+      .def("wait", &wait_tensor, "Block until the producing op has finished; raise its error.")
+      .def("add_completion_callback",
+           [](const Tensor& t, const py::object& fn) {
+             t.add_completion_callback(to_callback(fn, "add_completion_callback"));
+           },
+           "fn"_a)
+      .def("numpy", &to_numpy, "A read-only NumPy view (cpu) or copy; waits for the producer.")
+      .def("__array__",
+           [](const Tensor& t, const py::object& dtype, const py::object& copy) -> py::object {
+             py::object arr = to_numpy(t);
+             bool want_copy = !copy.is_none() && copy.cast<bool>();
+             if (!dtype.is_none()) return arr.attr("astype")(dtype);
+             return want_copy ? arr.attr("copy")() : arr;
+           },
+           "dtype"_a = py::none(), "copy"_a = py::none())
+      .def("tolist", [](const Tensor& t) { return to_numpy(t).attr("tolist")(); })
+      .def("__dlpack__", &dlpack_method, py::kw_only(), "stream"_a = py::none(),
+           "max_version"_a = py::none(), "dl_device"_a = py::none(), "copy"_a = py::none())
+      .def("__dlpack_device__", [](const Tensor& t) {
+        DLDevice d = dl_device(t.device());
+        return py::make_tuple(d.device_type, d.device_id);
+      })
+      .def("to", [](const Tensor& t, const py::object& d) { return t.to(device_or_default(d)); },
+           "device"_a)
+      .def("__matmul__", [](const Tensor& a, const Tensor& b) { return eventide::matmul(a, b); })
+      .def("__add__", [](const Tensor& a, const Tensor& b) { return eventide::add(a, b); })
+      .def("__mul__", [](const Tensor& a, const Tensor& b) { return eventide::mul(a, b); })
+      .def("__repr__", &tensor_repr);
+
+  auto creation = [&m](const char* name, Tensor (*fn)(Shape, DType, Device), const char* doc) {
+    m.def(name,
+          [fn, name](const py::args& shape, const py::object& dtype, const py::object& device) {
+            return fn(to_shape(shape, name), to_dtype(dtype), device_or_default(device));
+          },
+          "dtype"_a = py::none(), "device"_a = py::none(), doc);
+  };
+  creation("empty", &eventide::empty, "An uninitialized tensor: empty(2, 3) or empty((2, 3)).");
+  creation("zeros", &eventide::zeros, "A tensor of zeros.");
+  creation("ones", &eventide::ones, "A tensor of ones.");
+  creation("rand", &eventide::rand, "Uniform random numbers in [0, 1).");
+  creation("randn", &eventide::randn, "Standard normal random numbers.");
+  m.def("full",
+        [](const py::object& shape, double value, const py::object& dtype, const py::object& device) {
+          return eventide::full(to_shape(py::make_tuple(shape), "full"), value, to_dtype(dtype),
+                                device_or_default(device));
+        },
+        "shape"_a, "fill_value"_a, "dtype"_a = py::none(), "device"_a = py::none());
+  m.def("tensor", &tensor_from_data, "data"_a, "dtype"_a = py::none(), "device"_a = py::none(),
+        "A copy of `data` (a list, a NumPy array, anything np.asarray takes) on the device.");
+  m.def("from_numpy", &from_numpy, "array"_a, "device"_a = py::none(),
+        "A tensor on the array's memory (no copy on cpu where the layout allows; the array is kept "
+        "alive), else a copy.");
+  m.def("from_dlpack", &from_dlpack, "x"_a, "A tensor sharing the memory of a DLPack producer.");
+  m.def("matmul", &eventide::matmul, "a"_a, "b"_a);
+  m.def("add", &eventide::add, "a"_a, "b"_a);
+  m.def("mul", &eventide::mul, "a"_a, "b"_a);
+  m.def("manual_seed", [](std::uint64_t seed, const py::object& device) {
+    auto d = to_device(device);
+    d ? eventide::manual_seed(seed, *d) : eventide::manual_seed(seed);
+  }, "seed"_a, "device"_a = py::none());
+
+  // --- Waiting and devices ---
+  m.def("_wait_all_events", &wait_all_events, "events"_a, "timeout"_a = py::none());
+  m.def("wait_any", &wait_any_events, "events"_a, "timeout"_a = py::none(),
+        "Index of a finished event (the lowest), or None on timeout.");
+  m.def("synchronize",
+        [](const py::object& device) {
+          std::vector<Device> which;
+          if (auto d = to_device(device)) which.push_back(*d); else which = devices();
+          for (Device d : which) synchronize_streams(detail::Runtime::get().context(d).live_streams());
+        },
+        "device"_a = py::none(), "Wait for all work on the device (every device if None).");
+  m.def("default_device", &default_device);
+  m.def("devices", &devices);
+  m.def("is_available", [](const py::object& d) {
+    try {
+      auto dev = to_device(d);
+      return dev && is_available(*dev);
+    } catch (const Error&) {
+      return false;
+    }
+  });
+  m.def("device_info", [](const py::object& d) {
+    DeviceInfo info = device_info(device_or_default(d));
+    return py::dict("device"_a = info.device, "name"_a = info.name, "description"_a = info.description);
+  }, "device"_a = py::none());
+  m.attr("__version__") = std::string(version());
+
+  // At interpreter exit (after non-daemon threads have finished): no runtime thread may touch
+  // Python any more; then the runtime stops, with the GIL released so that a callback that is
+  // running can finish.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    mark_python_exiting();
+    py::gil_scoped_release release;
+    detail::Runtime::get().shutdown();
+  }));
+}
+
+}  // namespace eventide::python

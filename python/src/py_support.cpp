@@ -1,0 +1,141 @@
+#include "py_support.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "eventide/errors.hpp"
+
+namespace eventide::python {
+
+namespace {
+std::atomic<bool> g_exiting{false};
+
+PyObject* g_eventide_error = nullptr;
+PyObject* g_state_error = nullptr;
+PyObject* g_device_error = nullptr;
+PyObject* g_op_error = nullptr;
+PyObject* g_invalid_argument = nullptr;
+
+PyObject* new_exception(py::module_& m, const char* name, PyObject* base, const char* doc) {
+  std::string qualified = std::string("eventide.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, base, nullptr);
+  if (!type) throw py::error_already_set();
+  m.add_object(name, py::handle(type));  // takes its own reference; ours stays in the global
+  return type;
+}
+}  // namespace
+
+bool python_alive() noexcept { return !g_exiting.load(std::memory_order_acquire) && Py_IsInitialized(); }
+void mark_python_exiting() noexcept { g_exiting.store(true, std::memory_order_release); }
+
+void PyHandle::reset() noexcept {
+  PyObject* obj = std::exchange(obj_, nullptr);
+  if (!obj || !python_alive()) return;
+  PyGILState_STATE state = PyGILState_Ensure();
+  Py_DECREF(obj);
+  PyGILState_Release(state);
+}
+
+PythonError::PythonError(py::object exc) {
+  what_ = py::str(exc).cast<std::string>();
+  std::string type = py::str(py::type::handle_of(exc).attr("__name__")).cast<std::string>();
+  what_ = what_.empty() ? type : type + ": " + what_;
+  exc_ = std::make_shared<PyHandle>(std::move(exc));
+}
+
+py::object to_python_exception(const std::exception_ptr& error) {
+  auto make = [](PyObject* type, const char* what) {
+    return py::reinterpret_steal<py::object>(PyObject_CallFunction(type, "s", what));
+  };
+  try {
+    std::rethrow_exception(error);
+  } catch (const PythonError& e) {
+    return py::reinterpret_borrow<py::object>(e.exception());
+  } catch (const OpError& e) {
+    py::object exc = make(g_op_error, e.what());
+    if (e.cause()) {
+      py::object cause = to_python_exception(e.cause());
+      PyException_SetCause(exc.ptr(), cause.release().ptr());
+    }
+    return exc;
+  } catch (const InvalidArgument& e) {
+    return make(g_invalid_argument, e.what());
+  } catch (const StateError& e) {
+    return make(g_state_error, e.what());
+  } catch (const DeviceError& e) {
+    return make(g_device_error, e.what());
+  } catch (const Error& e) {
+    return make(g_eventide_error, e.what());
+  } catch (const py::error_already_set& e) {
+    return py::reinterpret_borrow<py::object>(e.value());
+  } catch (const std::exception& e) {
+    return make(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    return make(PyExc_RuntimeError, "unknown C++ exception");
+  }
+}
+
+void register_exceptions(py::module_& m) {
+  g_eventide_error = new_exception(m, "EventideError", PyExc_RuntimeError,
+                                   "Base of every eventide error (a RuntimeError).");
+  g_state_error = new_exception(m, "EventStateError", g_eventide_error,
+                                "The call does not fit the object's state (waiting on an empty "
+                                "event, resetting a pending one, ...).");
+  g_device_error = new_exception(m, "DeviceError", g_eventide_error,
+                                 "The device or its driver failed.");
+  g_op_error = new_exception(m, "OpError", g_eventide_error,
+                             "Device work failed or was skipped; __cause__ is the original error.");
+  py::tuple bases = py::make_tuple(py::handle(g_eventide_error), py::handle(PyExc_ValueError));
+  g_invalid_argument = new_exception(m, "InvalidArgumentError", bases.ptr(),
+                                     "A bad argument: shape, dtype, device, ... (also a "
+                                     "ValueError).");
+  py::register_exception_translator([](std::exception_ptr p) {
+    if (!p) return;
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error&) {
+      py::object exc = to_python_exception(p);
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    } catch (const PythonError&) {
+      py::object exc = to_python_exception(p);
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    }
+  });
+}
+
+std::optional<double> parse_timeout(const py::object& timeout) {
+  if (timeout.is_none()) return std::nullopt;
+  double t = timeout.cast<double>();
+  if (std::isnan(t) || t < 0) {
+    throw InvalidArgument("timeout must be None or a non-negative number of seconds, got " +
+                          py::repr(timeout).cast<std::string>());
+  }
+  return t;
+}
+
+bool wait_interruptible(const std::function<bool()>& ready,
+                        const std::function<bool(std::chrono::nanoseconds)>& try_wait,
+                        std::optional<double> timeout_s) {
+  if (ready()) return true;
+  using namespace std::chrono;
+  constexpr nanoseconds kSlice = milliseconds(20);
+  std::optional<steady_clock::time_point> deadline;
+  if (timeout_s && *timeout_s < 1e9) {
+    deadline = steady_clock::now() + duration_cast<nanoseconds>(duration<double>(*timeout_s));
+  }
+  for (;;) {
+    nanoseconds slice = kSlice;
+    if (deadline) slice = std::clamp(duration_cast<nanoseconds>(*deadline - steady_clock::now()),
+                                     nanoseconds(0), kSlice);
+    bool done;
+    {
+      py::gil_scoped_release release;
+      done = try_wait(slice);
+    }
+    if (done) return true;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (deadline && steady_clock::now() >= *deadline) return false;
+  }
+}
+
+}  // namespace eventide::python
