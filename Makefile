@@ -2,7 +2,7 @@
 # names them (otherwise), configures CMake if needed, builds and runs.
 #
 #   make run        build, then run `eventide demo` (every seed scenario, default device)
-#   make test       build, then run every test (C++ tests, examples)
+#   make test       build, then run every test (C++ and Python tests, examples)
 #   make bench      build (Release), run the benchmarks, write build/bench/results.md
 #   make sanitize   the tests under ThreadSanitizer, then AddressSanitizer + UBSan
 #   make install    install into PREFIX (default /usr/local)
@@ -19,14 +19,19 @@ CTEST_ARGS ?=
 all: $(BUILD)/.configured
 	cmake --build $(BUILD) -j $(JOBS)
 
+# Debian's interpreter: it is the one with python3-numpy, -pytest and -hypothesis.
+PYTHON    ?= /usr/bin/python3
+
 deps:
-	@scripts/deps.sh build test bench
+	@scripts/deps.sh build test bench python
 
 $(BUILD)/.configured: | deps
-	cmake -S . -B $(BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release \
+	  -DEVENTIDE_BUILD_PYTHON=ON -DPython_EXECUTABLE=$(PYTHON) $(CMAKE_ARGS)
 	@touch $@
 
-run: all
+run: $(BUILD)/.configured
+	cmake --build $(BUILD) -j $(JOBS) --target eventide_cli
 	$(BUILD)/tools/eventide demo
 
 test: all
@@ -38,6 +43,7 @@ bench: all
 # The CPU backend under the sanitizers (the CUDA backend is left out there: no GPU).
 sanitize: sanitize-thread sanitize-address
 
+# The Python package is left out of the sanitizer builds: the interpreter is not instrumented.
 sanitize-thread: deps
 	cmake -S . -B build-tsan -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DEVENTIDE_SANITIZE=thread -DEVENTIDE_WITH_CUDA=OFF -DEVENTIDE_BUILD_BENCHMARKS=OFF
