@@ -593,6 +593,103 @@ std::string tensor_repr(const Tensor& t) {
   return os.str();
 }
 
+// --- Fast paths ------------------------------------------------------------------------------
+//
+// pybind11's argument dispatch costs ~200 ns a call on a slow core: more than the whole of
+// poll() in C++. The calls made in tight loops (poll, query, completed, record of a tensor,
+// wait on a finished event) get plain CPython entry points; anything unusual falls back to
+// the pybind11 overloads (kept as _record and _wait).
+
+template <class T>
+T* self_as(PyObject* self) {
+  return &py::handle(self).cast<T&>();
+}
+
+PyObject* fail_to_python() {
+  try {
+    throw;
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (...) {
+    py::object exc = to_python_exception(std::current_exception());
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+  }
+  return nullptr;
+}
+
+PyObject* fast_poll(PyObject* self, PyObject*) {
+  try {
+    return PyBool_FromLong(self_as<Event>(self)->poll());
+  } catch (...) {
+    return fail_to_python();
+  }
+}
+
+PyObject* fast_completed(PyObject* self, void*) { return fast_poll(self, nullptr); }
+
+PyObject* fast_record(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  try {
+    if (nargs == 1 && !kwnames) {
+      py::detail::make_caster<Tensor> tensor;
+      if (tensor.load(args[0], /*convert=*/false)) {
+        self_as<Event>(self)->record(py::detail::cast_op<const Tensor&>(tensor));
+        Py_RETURN_NONE;
+      }
+    }
+    py::object slow = py::handle(self).attr("_record");
+    PyObject* result = PyObject_Vectorcall(slow.ptr(), args, static_cast<size_t>(nargs), kwnames);
+    return result;
+  } catch (...) {
+    return fail_to_python();
+  }
+}
+
+PyObject* fast_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  try {
+    if (nargs == 0 && !kwnames) {
+      Event* e = self_as<Event>(self);
+      if (e->status() == EventStatus::finished) Py_RETURN_TRUE;  // the common "already done"
+    }
+    py::object slow = py::handle(self).attr("_wait");
+    return PyObject_Vectorcall(slow.ptr(), args, static_cast<size_t>(nargs), kwnames);
+  } catch (...) {
+    return fail_to_python();
+  }
+}
+
+void install_fast_paths(py::handle cls) {
+  static PyMethodDef poll_def{"poll", &fast_poll, METH_NOARGS,
+                              "True once all tied work has finished (never blocks)."};
+  static PyMethodDef query_def{"query", &fast_poll, METH_NOARGS, "PyTorch's spelling of poll()."};
+  static PyMethodDef record_def{"record", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_record)),
+                                METH_FASTCALL | METH_KEYWORDS,
+                                "record(obj=None): tie the event to the op that produced a tensor, "
+                                "or to all work so far on a stream (default: the current stream)."};
+  static PyMethodDef wait_def{"wait", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_wait)),
+                              METH_FASTCALL | METH_KEYWORDS,
+                              "wait(timeout=None) -> bool: block until finished (True) or timeout "
+                              "seconds pass (False); raises the error of failed work."};
+  static PyGetSetDef completed_def{"completed", &fast_completed, nullptr,
+                                   "True once all tied work has finished.", nullptr};
+  // The pybind11 overloads stay reachable for the cases the fast paths hand on (their error
+  // messages keep the public names).
+  cls.attr("_record") = cls.attr("record");
+  cls.attr("_wait") = cls.attr("wait");
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  for (PyMethodDef* def : {&poll_def, &query_def, &record_def, &wait_def}) {
+    py::object descr = py::reinterpret_steal<py::object>(PyDescr_NewMethod(type, def));
+    if (!descr || PyObject_SetAttrString(cls.ptr(), def->ml_name, descr.ptr()) != 0) {
+      throw py::error_already_set();
+    }
+  }
+  py::object getset = py::reinterpret_steal<py::object>(PyDescr_NewGetSet(type, &completed_def));
+  if (!getset || PyObject_SetAttrString(cls.ptr(), "completed", getset.ptr()) != 0) {
+    throw py::error_already_set();
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_eventide, m) {
@@ -638,7 +735,8 @@ PYBIND11_MODULE(_eventide, m) {
   py::implicitly_convertible<py::str, Device>();
 
   // --- Events ---
-  py::class_<Event>(m, "Event", "An event tied to device work (see the package docstring).")
+  py::class_<Event> event_class(m, "Event", "An event tied to device work (see the package docstring).");
+  event_class
       .def(py::init([](const py::object& device, bool enable_timing) {
              return Event(to_device(device), EventOptions{enable_timing});
            }),
@@ -654,9 +752,6 @@ PYBIND11_MODULE(_eventide, m) {
            "failed work, EventStateError if the event is empty.")
       .def("synchronize", [](const Event& e) { wait_event(e, py::none()); },
            "PyTorch's spelling of wait().")
-      .def("poll", &Event::poll, "True once all tied work has finished (never blocks).")
-      .def("query", &Event::poll, "PyTorch's spelling of poll().")
-      .def_property_readonly("completed", &Event::poll)
       .def_property_readonly("device", &Event::device)
       .def_property_readonly("status", [](const Event& e) { return std::string(name(e.status())); })
       .def_property_readonly("enable_timing", &Event::timing_enabled)
@@ -677,6 +772,7 @@ PYBIND11_MODULE(_eventide, m) {
         return py::isinstance<Event>(b) && a == b.cast<const Event&>();
       })
       .def("__hash__", [](const Event& e) { return std::hash<const void*>{}(e.state().get()); });
+  install_fast_paths(event_class);
 
   py::class_<UserEvent, Event>(m, "UserEvent", "An event finished by host code: set() or fail(exc).")
       .def(py::init([](const py::object& device, bool enable_timing) {
