@@ -21,6 +21,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -80,6 +81,9 @@ class Stream {
   template <class F>
   Event enqueue(std::string name, F&& fn, std::vector<Tensor> reads = {},
                 std::vector<Tensor> writes = {}) {
+    if constexpr (detail::is_nullable_callable<std::decay_t<F>>) {
+      if (fn == nullptr) return enqueue_impl(std::move(name), detail::Callback(), {}, {});
+    }
     return enqueue_impl(std::move(name), detail::Callback(std::forward<F>(fn)), std::move(reads),
                         std::move(writes));
   }

@@ -114,6 +114,9 @@ Tensor full(Shape shape, double value, DType dtype = DType::f32, Device device =
 Tensor rand(Shape shape, DType dtype = DType::f32, Device device = default_device());
 Tensor randn(Shape shape, DType dtype = DType::f32, Device device = default_device());
 
+// InvalidArgument unless `count` elements fill `shape` exactly.
+void check_host_size(std::size_t count, const Shape& shape);
+
 // Copies `numel(shape)` elements from host memory at once (the caller may reuse `data` as
 // soon as this returns); the tensor is ready when the device's stream reaches the op.
 Tensor from_host(const void* data, Shape shape, DType dtype, Device device = default_device());
@@ -127,7 +130,6 @@ Tensor from_host(const std::vector<T>& data, Shape shape, Device device = defaul
   check_host_size(data.size(), shape);
   return from_host(static_cast<const void*>(data.data()), std::move(shape), dtype_of<T>, device);
 }
-void check_host_size(std::size_t count, const Shape& shape);
 
 // (m, k) @ (k, n) -> (m, n), or batched (b, m, k) @ (b, k, n) -> (b, m, n). Both on one
 // device, one dtype (f32 or f64 on the CPU).
@@ -142,7 +144,7 @@ inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 void manual_seed(std::uint64_t seed);
 void manual_seed(std::uint64_t seed, Device device);
 
-// Number of elements of a shape. InvalidArgument for a negative extent.
+// Number of elements of a shape. InvalidArgument for a negative extent or an overflow.
 std::int64_t numel(const Shape& shape);
 // "[512, 512]".
 std::string to_string(const Shape& shape);

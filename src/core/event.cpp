@@ -74,22 +74,28 @@ void EventState::refresh_locked(Actions& actions) {
   });
   pending_.erase(still, pending_.end());
   if (pending_.empty()) {
-    status_.store(error_ ? EventStatus::failed : EventStatus::finished, std::memory_order_release);
-    actions.callbacks = std::move(callbacks_);
-    callbacks_.clear();
-    actions.wake = std::move(notifiers_);
-    notifiers_.clear();
+    finish_locked(actions);
   } else if (!armed_ && (!callbacks_.empty() || !notifiers_.empty())) {
     armed_ = true;
     actions.arm = pending_.front();
   }
 }
 
+void EventState::finish_locked(Actions& actions) {
+  status_.store(error_ ? EventStatus::failed : EventStatus::finished, std::memory_order_release);
+  finishes_.fetch_add(1, std::memory_order_acq_rel);
+  for (auto& fn : callbacks_) actions.callbacks.push_back(std::move(fn));
+  callbacks_.clear();
+  actions.device = device_;
+  for (auto& p : notifiers_) actions.wake.push_back(std::move(p));
+  notifiers_.clear();
+}
+
 void EventState::run(Actions& actions) noexcept {
   for (auto& p : actions.wake) p->unpark();
   if (!actions.callbacks.empty()) {
     try {
-      Dispatcher& d = Runtime::get().dispatcher(device_);
+      Dispatcher& d = Runtime::get().dispatcher(actions.device);
       for (auto& fn : actions.callbacks) d.post(std::move(fn), shared_from_this());
     } catch (...) {
       // The runtime has shut down (process exit): callbacks are dropped, as documented.
@@ -132,11 +138,12 @@ void EventState::record(Ref<Work> work, std::optional<Device> device, Ref<Work> 
         pending_.push_back(std::move(*w));
       }
     }
-    EventStatus next = !pending_.empty() ? EventStatus::pending
-                       : error_         ? EventStatus::failed
-                                        : EventStatus::finished;
-    status_.store(next, std::memory_order_release);
-    refresh_locked(actions);
+    if (!pending_.empty()) {
+      status_.store(EventStatus::pending, std::memory_order_release);
+      refresh_locked(actions);
+    } else {
+      finish_locked(actions);
+    }
   }
   run(actions);
 }
@@ -199,11 +206,13 @@ void EventState::remove_notifier(const Parker* parker) noexcept {
 }
 
 bool EventState::wait_until(const Deadline& deadline) {
+  const std::uint64_t finished_before = finishes();
   if (poll()) return true;
   if (status_.load(std::memory_order_acquire) == EventStatus::empty) {
     throw StateError("cannot wait on an empty event (" + str() +
                      "): record work on it first, or it would never finish");
   }
+  if (expired(deadline)) return false;  // a zero timeout is a poll
   if (running_work()) {
     std::lock_guard lock(mu_);
     for (const Ref<Work>& w : pending_) check_not_waiting_on_self(w->timeline(), w->seq());
@@ -211,7 +220,9 @@ bool EventState::wait_until(const Deadline& deadline) {
   const Ref<Parker>& parker = this_thread_parker();
   if (!add_notifier(parker)) return true;
   for (;;) {
-    if (poll()) break;
+    // A completion wakes this waiter even if the event was recorded again before it ran
+    // (notifiers are handed over at each completion, so it would not be woken again).
+    if (poll() || finishes() != finished_before) break;
     if (status_.load(std::memory_order_acquire) == EventStatus::empty) {
       remove_notifier(parker.get());
       throw StateError("the event was reset by another thread while this one waited on it");
@@ -237,20 +248,24 @@ void EventState::clear_locked() {
 
 void EventState::reset() {
   if (user_) {
-    std::lock_guard set_lock(user_->mu);
-    std::lock_guard lock(mu_);
-    Actions unused;
-    refresh_locked(unused);  // a pending event has no actions to run: nothing is lost
-    if (!finished_locked()) {
-      throw StateError("cannot reset " + str_locked() + " while it is pending: set() or fail() it first");
+    Actions actions;  // the completion this refresh may find still has waiters and callbacks
+    {
+      std::lock_guard set_lock(user_->mu);
+      std::lock_guard lock(mu_);
+      refresh_locked(actions);
+      if (!finished_locked()) {
+        throw StateError("cannot reset " + str_locked() +
+                         " while it is pending: set() or fail() it first");
+      }
+      clear_locked();
+      auto next = make_ref<Work>(user_->timeline, "set", /*timed=*/false);
+      next->set_seq(user_->current->seq() + 1);
+      user_->current = next;
+      pending_.push_back(std::move(next));
+      records_ = 1;
+      status_.store(EventStatus::pending, std::memory_order_release);
     }
-    clear_locked();
-    auto next = make_ref<Work>(user_->timeline, "set", /*timed=*/false);
-    next->set_seq(user_->current->seq() + 1);
-    user_->current = next;
-    pending_.push_back(std::move(next));
-    records_ = 1;
-    status_.store(EventStatus::pending, std::memory_order_release);
+    run(actions);
     return;
   }
   Actions actions;
@@ -284,6 +299,7 @@ void EventState::add_callback(Callback fn) {
       }
     } else {
       actions.callbacks.push_back(std::move(fn));
+      actions.device = device_;
     }
   }
   run(actions);
@@ -532,13 +548,18 @@ std::optional<std::size_t> wait_any(std::span<const Event> events,
   if (events.empty()) throw InvalidArgument("wait_any: the list of events is empty");
   check_not_empty(events, "wait_any");
   const detail::Deadline deadline = detail::deadline_after(timeout);
-  auto first_done = [&]() -> std::optional<std::size_t> {
+  std::vector<std::uint64_t> finished_before(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) finished_before[i] = events[i].state()->finishes();
+  // Finished, or finished since the call began even if recorded again since (see
+  // EventState::wait_until): the lowest such index.
+  auto first_finished_since = [&]() -> std::optional<std::size_t> {
     for (std::size_t i = 0; i < events.size(); ++i) {
-      if (events[i].poll()) return i;
+      if (events[i].poll() || events[i].state()->finishes() != finished_before[i]) return i;
     }
     return std::nullopt;
   };
-  if (auto i = first_done()) return i;
+  if (auto i = first_finished_since()) return i;
+  if (detail::expired(deadline)) return std::nullopt;
   const auto& parker = detail::this_thread_parker();
   std::size_t registered = 0;
   auto unregister = [&] {
@@ -549,7 +570,7 @@ std::optional<std::size_t> wait_any(std::span<const Event> events,
     if (!events[registered].state()->add_notifier(parker)) break;  // finished meanwhile
   }
   for (;;) {
-    if ((result = first_done())) break;
+    if ((result = first_finished_since())) break;
     if (detail::expired(deadline)) break;
     parker->park(deadline);
   }

@@ -71,6 +71,9 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // has finished already.
   bool add_notifier(const Ref<Parker>& parker);
   void remove_notifier(const Parker* parker) noexcept;
+  // How many times the event has finished: a waiter that sees it change was woken by a
+  // completion, even if the event has been recorded again since (and is pending).
+  std::uint64_t finishes() const noexcept { return finishes_.load(std::memory_order_acquire); }
 
   // UserEvent operations (is_user() only).
   void user_set();
@@ -84,6 +87,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
  private:
   struct Actions {
     std::vector<Callback> callbacks;
+    std::optional<Device> device;  // whose dispatcher runs the callbacks (read under mu_)
     std::vector<Ref<Parker>> wake;
     Ref<Work> arm;
   };
@@ -94,6 +98,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
   };
 
   void fold_locked(const Work& work);
+  // Nothing pending: FINISHED or FAILED; hands the callbacks and waiters to `actions`.
+  void finish_locked(Actions& actions);
   std::string str_locked() const;
   void refresh_locked(Actions& actions);
   void clear_locked();
@@ -106,6 +112,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
 
   mutable std::mutex mu_;
   std::atomic<EventStatus> status_{EventStatus::empty};
+  std::atomic<std::uint64_t> finishes_{0};
   std::vector<Ref<Work>> pending_;
   // Summary of finished tied work since the last reset.
   std::int64_t min_start_ns_ = 0;

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
@@ -22,15 +24,19 @@ enum class RandomKind { uniform, normal };
 
 const char* name(BinaryOp op) noexcept;
 
+using ReserveRandom = std::function<std::pair<std::uint64_t, std::uint64_t>(std::uint64_t blocks)>;
+
 class Kernels {
  public:
   virtual ~Kernels() = default;
 
   // Every element of `out` = value (converted to out's dtype).
   virtual void fill(StreamState& s, TensorState& out, double value) = 0;
-  // Philox-4x32-10 numbers (ops/philox.hpp), from counter block `offset` on.
-  virtual void random(StreamState& s, TensorState& out, RandomKind kind, std::uint64_t seed,
-                      std::uint64_t offset) = 0;
+  // Philox-4x32-10 numbers (ops/philox.hpp). Once the op is accepted (dtype supported), the
+  // kernel reserves its counter blocks with `reserve(blocks)`, which returns (seed, first
+  // block): a refused call leaves the generator where it was.
+  virtual void random(StreamState& s, TensorState& out, RandomKind kind,
+                      const ReserveRandom& reserve) = 0;
   // out = a (op) b, elementwise; shapes and dtypes already match.
   virtual void binary(StreamState& s, BinaryOp op, TensorState& a, TensorState& b,
                       TensorState& out) = 0;

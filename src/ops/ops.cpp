@@ -8,7 +8,6 @@
 #include "eventide/errors.hpp"
 #include "eventide/tensor.hpp"
 #include "ops/kernels.hpp"
-#include "ops/philox.hpp"
 
 namespace eventide {
 
@@ -28,18 +27,22 @@ void check_shape(const char* op, const Shape& shape, DType dtype) {
                           std::to_string(shape.size()) + " dimensions; at most " +
                           std::to_string(kMaxDims) + " are supported");
   }
-  std::int64_t total = 1;
   for (std::int64_t d : shape) {
     if (d < 0) {
       throw InvalidArgument(std::string(op) + ": shape " + to_string(shape) +
                             " has a negative extent");
     }
-    if (d != 0 && total > std::numeric_limits<std::int64_t>::max() /
-                              static_cast<std::int64_t>(itemsize(dtype)) / d) {
-      throw InvalidArgument(std::string(op) + ": shape " + to_string(shape) +
-                            " is too large to address");
-    }
-    total *= d;
+  }
+  std::int64_t count = 0;
+  try {
+    count = numel(shape);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string(op) + ": " + e.what());
+  }
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(count, static_cast<std::int64_t>(itemsize(dtype)), &bytes)) {
+    throw InvalidArgument(std::string(op) + ": shape " + to_string(shape) +
+                          " is too large to address");
   }
 }
 
@@ -92,9 +95,9 @@ Tensor random(const char* op, Shape shape, DType dtype, Device device, ops::Rand
                           std::string(name(dtype)));
   }
   return create(op, std::move(shape), dtype, device, [&](Target& t, TensorState& out) {
-    auto [seed, offset] = t.ctx.reserve_random(ops::philox::blocks_for(
-        out.numel, dtype == DType::f64, kind == ops::RandomKind::normal));
-    t.ctx.backend().kernels().random(*t.stream, out, kind, seed, offset);
+    t.ctx.backend().kernels().random(*t.stream, out, kind, [&t](std::uint64_t blocks) {
+      return t.ctx.reserve_random(blocks);
+    });
   });
 }
 
@@ -104,9 +107,16 @@ Tensor random(const char* op, Shape shape, DType dtype, Device device, ops::Rand
 
 std::int64_t numel(const Shape& shape) {
   std::int64_t n = 1;
+  bool overflow = false;
+  bool zero = false;
   for (std::int64_t d : shape) {
     if (d < 0) throw InvalidArgument("shape " + to_string(shape) + " has a negative extent");
-    n *= d;
+    zero = zero || d == 0;
+    if (__builtin_mul_overflow(n, d, &n)) overflow = true;
+  }
+  if (zero) return 0;  // whatever the other extents are
+  if (overflow) {
+    throw InvalidArgument("shape " + to_string(shape) + " is too large: its element count overflows");
   }
   return n;
 }

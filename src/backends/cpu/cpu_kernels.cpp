@@ -118,8 +118,9 @@ class CpuKernels final : public ops::Kernels {
         dispatch_numeric("fill", out.dtype, [&](auto zero) {
           using T = decltype(zero);
           if constexpr (std::is_integral_v<T>) {
-            if (!(value >= static_cast<double>(std::numeric_limits<T>::min()) &&
-                  value <= static_cast<double>(std::numeric_limits<T>::max()))) {
+            // [min, -min) exactly: -min (2^31, 2^63) is a double, max might round up to it.
+            const double lo = static_cast<double>(std::numeric_limits<T>::min());
+            if (!(value >= lo && value < -lo)) {
               throw InvalidArgument("full: " + std::to_string(value) + " does not fit in " +
                                     std::string(name(out.dtype)));
             }
@@ -134,18 +135,19 @@ class CpuKernels final : public ops::Kernels {
     s.launch("fill", {}, {&out}, std::move(body));
   }
 
-  void random(StreamState& s, TensorState& out, RandomKind kind, std::uint64_t seed,
-              std::uint64_t offset) override {
+  void random(StreamState& s, TensorState& out, RandomKind kind,
+              const ops::ReserveRandom& reserve) override {
     const char* op = kind == RandomKind::uniform ? "rand" : "randn";
+    if (out.dtype != DType::f32 && out.dtype != DType::f64) unsupported(op, out.dtype, "f32, f64");
+    auto [seed, offset] = reserve(ops::philox::blocks_for(out.numel, out.dtype == DType::f64,
+                                                          kind == RandomKind::normal));
     Ref<Storage> mem = out.storage;
     const std::int64_t n = out.numel;
     detail::Callback body;
     if (out.dtype == DType::f32) {
       body = [=] { random_fill(static_cast<float*>(mem->data()), n, kind, seed, offset); };
-    } else if (out.dtype == DType::f64) {
-      body = [=] { random_fill(static_cast<double*>(mem->data()), n, kind, seed, offset); };
     } else {
-      unsupported(op, out.dtype, "f32, f64");
+      body = [=] { random_fill(static_cast<double*>(mem->data()), n, kind, seed, offset); };
     }
     s.launch(op, {}, {&out}, std::move(body));
   }

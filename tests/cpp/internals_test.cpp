@@ -1,0 +1,344 @@
+// White-box tests of the runtime's primitives: Parker (src/core/parker.hpp) and Timeline
+// (src/core/timeline.hpp), plus the Work error helpers (src/core/work.hpp).
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "core/parker.hpp"
+#include "core/timeline.hpp"
+#include "core/work.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace eventide_test;
+namespace d = eventide::detail;
+using Clock = std::chrono::steady_clock;
+
+// --- Parker ------------------------------------------------------------------------------
+
+TEST(ParkerTest, UnparkBeforeParkMakesParkReturnAtOnce) {
+  run_with_deadline([] {
+    auto p = d::make_ref<d::Parker>();
+    p->unpark();
+    auto t0 = Clock::now();
+    p->park();  // no deadline: would hang if the token were lost
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 1.0);
+  });
+}
+
+TEST(ParkerTest, SeveralUnparksMergeIntoOneToken) {
+  run_with_deadline([] {
+    auto p = d::make_ref<d::Parker>();
+    p->unpark();
+    p->unpark();
+    p->unpark();
+    p->park();  // consumes the merged token
+    // The next park has no token: it returns at its deadline (or spuriously), not hanging.
+    const auto deadline = Clock::now() + 20ms;
+    while (Clock::now() < deadline) p->park(deadline);
+    SUCCEED();
+  });
+}
+
+TEST(ParkerTest, ParkWithADeadlineReturns) {
+  run_with_deadline([] {
+    auto p = d::make_ref<d::Parker>();
+    auto t0 = Clock::now();
+    const auto deadline = t0 + 30ms;
+    while (Clock::now() < deadline) p->park(deadline);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    EXPECT_GE(ms, 30.0);
+    EXPECT_LT(ms, 5000.0);
+    // A deadline in the past returns at once.
+    t0 = Clock::now();
+    p->park(Clock::now() - 1s);
+    p->park(Clock::time_point{});
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 1.0);
+  });
+}
+
+TEST(ParkerTest, UnparkWakesAThreadParkedWithoutDeadline) {
+  run_with_deadline([] {
+    auto p = d::make_ref<d::Parker>();
+    std::atomic<bool> go{false};
+    std::thread sleeper([&] {
+      while (!go.load(std::memory_order_acquire)) p->park();
+    });
+    std::this_thread::sleep_for(20ms);  // well past the spin: asleep on the futex
+    go.store(true, std::memory_order_release);
+    p->unpark();
+    sleeper.join();
+  });
+}
+
+TEST(ParkerTest, PingPongBetweenTwoParkersNeverLosesAWakeUp) {
+  run_with_deadline([] {
+    const int rounds = iterations(20'000);
+    auto pa = d::make_ref<d::Parker>(), pb = d::make_ref<d::Parker>();
+    std::atomic<int> turn{0};  // 0: a's turn, 1: b's turn
+    long long data = 0;        // plain: ordered by unpark/park and `turn`
+    std::thread b([&] {
+      for (int i = 0; i < rounds; ++i) {
+        while (turn.load(std::memory_order_acquire) != 1) pb->park();
+        EXPECT_EQ(data, 2 * i + 1);
+        ++data;
+        turn.store(0, std::memory_order_release);
+        pa->unpark();
+      }
+    });
+    for (int i = 0; i < rounds; ++i) {
+      while (turn.load(std::memory_order_acquire) != 0) pa->park();
+      EXPECT_EQ(data, 2 * i);
+      ++data;
+      turn.store(1, std::memory_order_release);
+      pb->unpark();
+    }
+    b.join();
+    EXPECT_EQ(data, 2 * rounds);
+  });
+}
+
+TEST(ParkerTest, ManyUnparkersOneParker) {
+  for_thread_counts([](int threads) {
+    auto p = d::make_ref<d::Parker>();
+    const int per_thread = std::max(100, iterations(5'000) / threads);
+    std::atomic<int> posted{0};
+    std::thread consumer([&] {
+      while (posted.load(std::memory_order_acquire) < threads * per_thread) p->park();
+    });
+    run_threads(threads, [&](int) {
+      for (int i = 0; i < per_thread; ++i) {
+        posted.fetch_add(1, std::memory_order_release);
+        p->unpark();
+      }
+    });
+    consumer.join();
+  });
+}
+
+TEST(ParkerTest, EachThreadHasItsOwnParker) {
+  const d::Parker* mine = d::this_thread_parker().get();
+  EXPECT_EQ(d::this_thread_parker().get(), mine);
+  const d::Parker* other = nullptr;
+  std::thread([&] { other = d::this_thread_parker().get(); }).join();
+  EXPECT_NE(other, mine);
+}
+
+TEST(ParkerTest, DeadlineHelpers) {
+  EXPECT_EQ(d::deadline_after(std::nullopt), std::nullopt);
+  EXPECT_EQ(d::deadline_after(std::chrono::nanoseconds::max()), std::nullopt) << "saturates";
+  auto dl = d::deadline_after(1h);
+  ASSERT_TRUE(dl.has_value());
+  EXPECT_FALSE(d::expired(dl));
+  EXPECT_FALSE(d::expired(std::nullopt));
+  EXPECT_TRUE(d::expired(d::deadline_after(0ns)));
+  EXPECT_TRUE(d::expired(d::deadline_after(-5s)));
+}
+
+// --- Timeline ----------------------------------------------------------------------------
+
+// Counts its fire() calls and its destruction, and checks that it fires only once its
+// target has passed.
+class CountingListener final : public d::Listener {
+ public:
+  CountingListener(const d::Timeline* timeline, std::uint64_t target, std::atomic<int>* fired,
+                   std::atomic<int>* destroyed = nullptr, std::atomic<int>* early = nullptr,
+                   std::thread::id* fired_on = nullptr)
+      : timeline_(timeline),
+        target_(target),
+        fired_(fired),
+        destroyed_(destroyed),
+        early_(early),
+        fired_on_(fired_on) {}
+  ~CountingListener() override {
+    if (destroyed_) destroyed_->fetch_add(1);
+  }
+  void fire() noexcept override {
+    if (early_ && timeline_->completed() < target_) early_->fetch_add(1);
+    if (fired_on_) *fired_on_ = std::this_thread::get_id();
+    fired_->fetch_add(1);
+  }
+
+ private:
+  const d::Timeline* timeline_;
+  std::uint64_t target_;
+  std::atomic<int>* fired_;
+  std::atomic<int>* destroyed_;
+  std::atomic<int>* early_;
+  std::thread::id* fired_on_;
+};
+
+TEST(TimelineTest, CountsUpAndNeverBackwards) {
+  auto t = d::make_ref<d::Timeline>("test timeline");
+  EXPECT_EQ(t->name(), "test timeline");
+  EXPECT_EQ(t->completed(), 0u);
+  EXPECT_TRUE(t->passed(0));
+  EXPECT_FALSE(t->passed(1));
+  t->advance(3);
+  EXPECT_EQ(t->completed(), 3u);
+  EXPECT_TRUE(t->passed(3));
+  EXPECT_FALSE(t->passed(4));
+  t->advance(2);  // not beyond: a no-op
+  EXPECT_EQ(t->completed(), 3u);
+}
+
+TEST(TimelineTest, ListenersFireExactlyOnceWhenTheirFenceIsPassed) {
+  auto t = d::make_ref<d::Timeline>("t");
+  std::atomic<int> fired[6] = {}, destroyed{0}, early{0};
+  for (std::uint64_t seq : {3u, 1u, 2u, 5u, 2u}) {
+    t->listen(seq, std::make_unique<CountingListener>(t.get(), seq, &fired[seq], &destroyed, &early));
+  }
+  EXPECT_TRUE(t->has_listeners());
+  EXPECT_EQ(fired[1] + fired[2] + fired[3] + fired[5], 0);
+  t->advance(2);
+  EXPECT_EQ(fired[1].load(), 1);
+  EXPECT_EQ(fired[2].load(), 2);  // two listeners on fence 2
+  EXPECT_EQ(fired[3].load(), 0);
+  t->advance(2);
+  EXPECT_EQ(fired[2].load(), 2) << "fired twice";
+  t->advance(4);
+  EXPECT_EQ(fired[3].load(), 1);
+  EXPECT_EQ(fired[5].load(), 0);
+  EXPECT_TRUE(t->has_listeners());
+  t->advance(100);
+  EXPECT_EQ(fired[5].load(), 1);
+  EXPECT_FALSE(t->has_listeners());
+  EXPECT_EQ(destroyed.load(), 5) << "listeners are destroyed right after firing";
+  EXPECT_EQ(early.load(), 0);
+  t->advance(200);
+  EXPECT_EQ(fired[1] + fired[2] + fired[3] + fired[5], 5);
+}
+
+TEST(TimelineTest, ListenOnAPassedFenceFiresInlineOnTheCallingThread) {
+  auto t = d::make_ref<d::Timeline>("t");
+  t->advance(5);
+  std::atomic<int> fired{0}, destroyed{0};
+  std::thread::id fired_on;
+  t->listen(3, std::make_unique<CountingListener>(t.get(), 3, &fired, &destroyed, nullptr, &fired_on));
+  EXPECT_EQ(fired.load(), 1) << "not fired before listen() returned";
+  EXPECT_EQ(destroyed.load(), 1);
+  EXPECT_EQ(fired_on, std::this_thread::get_id());
+  t->listen(5, std::make_unique<CountingListener>(t.get(), 5, &fired, &destroyed));
+  EXPECT_EQ(fired.load(), 2);
+  EXPECT_FALSE(t->has_listeners());
+}
+
+TEST(TimelineTest, NotifyFiresListenersPassedByAnOutsideCounter) {
+  // notify() is how a backend whose counter is advanced elsewhere fires listeners; for an own
+  // counter it must be harmless and fire nothing early.
+  auto t = d::make_ref<d::Timeline>("t");
+  std::atomic<int> fired{0}, early{0};
+  t->listen(1, std::make_unique<CountingListener>(t.get(), 1, &fired, nullptr, &early));
+  t->notify();
+  EXPECT_EQ(fired.load(), 0);
+  t->advance(1);
+  t->notify();
+  EXPECT_EQ(fired.load(), 1);
+  EXPECT_EQ(early.load(), 0);
+}
+
+TEST(TimelineTest, UnfiredListenersAreFreedWithTheTimeline) {
+  std::atomic<int> fired{0}, destroyed{0};
+  {
+    auto t = d::make_ref<d::Timeline>("t");
+    t->listen(10, std::make_unique<CountingListener>(t.get(), 10, &fired, &destroyed));
+    t->advance(5);
+  }
+  EXPECT_EQ(fired.load(), 0);
+  EXPECT_EQ(destroyed.load(), 1);
+}
+
+TEST(TimelineTest, ConcurrentListenAndAdvanceFireEachListenerExactlyOnce) {
+  for_thread_counts([](int threads) {
+    const std::uint64_t last = static_cast<std::uint64_t>(std::max(200, iterations(20'000)));
+    auto t = d::make_ref<d::Timeline>("t");
+    const int per_thread = std::max(100, iterations(20'000) / threads);
+    const int listeners = per_thread * threads;
+    std::vector<std::atomic<int>> fired(static_cast<std::size_t>(listeners));
+    std::atomic<int> early{0};
+    // One extra thread advances step by step (with a few jumps) while the others listen at
+    // random fences, before, at and after the current value.
+    run_threads(threads + 1, [&](int id) {
+      if (id == threads) {
+        std::mt19937 rng(7);
+        std::uint64_t v = 0;
+        while (v < last) {
+          v = std::min(last, v + 1 + (rng() % 16 == 0 ? rng() % 50 : 0));
+          t->advance(v);
+          if (rng() % 64 == 0) std::this_thread::yield();
+        }
+        return;
+      }
+      std::mt19937 rng(static_cast<unsigned>(id) + 1u);
+      for (int i = 0; i < per_thread; ++i) {
+        const std::uint64_t seq = 1 + rng() % last;
+        const std::size_t slot = static_cast<std::size_t>(id * per_thread + i);
+        t->listen(seq, std::make_unique<CountingListener>(t.get(), seq, &fired[slot], nullptr, &early));
+      }
+    });
+    t->advance(last);  // already there: fires nothing new
+    int never = 0, twice = 0;
+    for (auto& f : fired) {
+      never += f.load() == 0;
+      twice += f.load() > 1;
+    }
+    EXPECT_EQ(never, 0) << "listeners never fired (a missed wake-up)";
+    EXPECT_EQ(twice, 0) << "listeners fired more than once";
+    EXPECT_EQ(early.load(), 0) << "listeners fired before their fence passed";
+    EXPECT_FALSE(t->has_listeners());
+  });
+}
+
+TEST(TimelineTest, ConcurrentAdvancesFromManyThreadsKeepTheMaximum) {
+  for_thread_counts([](int threads) {
+    auto t = d::make_ref<d::Timeline>("t");
+    const int per_thread = std::max(100, iterations(10'000) / threads);
+    std::atomic<int> fired{0};
+    const std::uint64_t top = static_cast<std::uint64_t>(per_thread) * static_cast<std::uint64_t>(threads);
+    for (std::uint64_t s = 1; s <= top; s += 97) {
+      t->listen(s, std::make_unique<CountingListener>(t.get(), s, &fired));
+    }
+    const int want = static_cast<int>((top - 1) / 97 + 1);
+    run_threads(threads, [&](int id) {
+      for (int i = 0; i < per_thread; ++i) {
+        t->advance(static_cast<std::uint64_t>(i) * static_cast<std::uint64_t>(threads) +
+                   static_cast<std::uint64_t>(id) + 1);
+      }
+    });
+    EXPECT_EQ(t->completed(), top);
+    EXPECT_EQ(fired.load(), want);
+  });
+}
+
+// --- Work errors -------------------------------------------------------------------------
+
+TEST(WorkTest, DependencyErrorsNameBothOpsAndKeepTheRootCause) {
+  auto tl = d::make_ref<d::Timeline>("cpu stream 42");
+  auto producer = d::make_ref<d::Work>(tl, "producer", true);
+  producer->set_seq(1);
+  auto user_error = std::make_exception_ptr(UserError("root"));
+  producer->set_error(std::make_exception_ptr(ev::OpError("producer failed", "producer#1", user_error)));
+  tl->advance(1);
+  auto consumer = d::make_ref<d::Work>(tl, "consumer", true);
+  consumer->set_seq(2);
+  EXPECT_EQ(consumer->describe(), "consumer#2 on cpu stream 42");
+  consumer->deps().push_back(d::Dep{producer, d::DepKind::order});
+  EXPECT_EQ(d::first_dependency_error(*consumer), nullptr) << "order deps do not propagate";
+  consumer->deps().push_back(d::Dep{producer, d::DepKind::input});
+  auto err = d::first_dependency_error(*consumer);
+  ASSERT_TRUE(holds<ev::OpError>(err));
+  const std::string msg = what(err);
+  EXPECT_NE(msg.find("consumer#2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("producer#1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("root"), std::string::npos) << msg;
+  EXPECT_TRUE(holds<UserError>(op_cause(err))) << "cause is the root, not the OpError wrapper";
+  EXPECT_TRUE(holds<UserError>(d::root_cause(producer->error())));
+  EXPECT_EQ(d::root_cause(user_error), user_error);
+  EXPECT_EQ(d::describe_error(nullptr), "no error");
+}
+
+}  // namespace

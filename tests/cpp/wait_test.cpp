@@ -1,0 +1,241 @@
+// wait_all / wait_all_for / wait_any over several events, and synchronize() /
+// synchronize(Device), which wait for every stream, also those no handle refers to any more.
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace {
+
+using namespace eventide_test;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// `count` events, each tied to work held back by its own UserEvent gate.
+struct HeldEvents {
+  explicit HeldEvents(int count) {
+    for (int i = 0; i < count; ++i) {
+      gates.emplace_back();
+      streams.push_back(gated_stream(gates.back()));
+      events.push_back(streams.back().enqueue("held " + std::to_string(i), [] {}));
+    }
+  }
+  std::vector<ev::UserEvent> gates;
+  std::vector<ev::Stream> streams;
+  std::vector<ev::Event> events;
+};
+
+// Sets gates[i] after delays[i] on a thread of its own; join() before the gates go.
+class DelayedSetter {
+ public:
+  DelayedSetter(std::vector<ev::UserEvent> gates, std::vector<std::chrono::milliseconds> delays)
+      : thread_([gates = std::move(gates), delays = std::move(delays)]() mutable {
+          auto t0 = Clock::now();
+          for (std::size_t i = 0; i < gates.size(); ++i) {
+            std::this_thread::sleep_until(t0 + delays[i]);
+            gates[i].set();
+          }
+        }) {}
+  ~DelayedSetter() { thread_.join(); }
+
+ private:
+  std::thread thread_;
+};
+
+TEST(WaitTest, WaitAllWaitsForEveryEvent) {
+  run_with_deadline([] {
+    HeldEvents h(3);
+    DelayedSetter setter({h.gates[2], h.gates[0], h.gates[1]}, {10ms, 20ms, 30ms});
+    ev::wait_all(h.events);
+    for (const auto& e : h.events) EXPECT_TRUE(e.poll());
+  });
+}
+
+TEST(WaitTest, WaitAllOfFinishedOrNoEventsReturnsAtOnce) {
+  run_with_deadline([] {
+    ev::Event a, b;
+    a.record(ev::ones({1}));
+    b.record(ev::zeros({1}));
+    ev::wait_all({a, b});
+    EXPECT_TRUE(a.poll() && b.poll());
+    // Assumption (the header is silent): an empty list has nothing to wait for.
+    EXPECT_NO_THROW(ev::wait_all(std::span<const ev::Event>()));
+    EXPECT_TRUE(ev::wait_all_for(std::span<const ev::Event>(), 0ns));
+  });
+}
+
+TEST(WaitTest, WaitAllRethrowsTheFirstFailureInListOrderOnceAllHaveFinished) {
+  run_with_deadline([] {
+    ev::Stream s1, s2;
+    ev::Event ok;
+    ok.record(ev::ones({1}));
+    ev::Event first = s1.enqueue("first", [] { throw UserError("first failure"); });
+    ev::Event second = s2.enqueue("second", [] { throw UserError("second failure"); });
+    HeldEvents h(1);
+    DelayedSetter setter({h.gates[0]}, {30ms});
+    auto err = capture([&] { ev::wait_all({ok, second, first, h.events[0]}); });
+    EXPECT_TRUE(h.events[0].poll()) << "wait_all threw before every event had finished";
+    ASSERT_TRUE(holds<ev::OpError>(err)) << what(err);
+    EXPECT_EQ(what(op_cause(err)), "second failure") << "not the first failure in list order";
+  });
+}
+
+TEST(WaitTest, WaitAllRethrowsTheUsersOwnExceptionOfAUserEvent) {
+  run_with_deadline([] {
+    ev::UserEvent u;
+    u.fail(std::make_exception_ptr(UserError("mine")));
+    EXPECT_THROW(ev::wait_all({u}), UserError);
+    EXPECT_THROW(ev::wait_all_for({u}, 1s), UserError);
+  });
+}
+
+TEST(WaitTest, WaitAllForTimesOutThenSucceeds) {
+  run_with_deadline([] {
+    HeldEvents h(2);
+    h.gates[0].set();
+    auto t0 = Clock::now();
+    EXPECT_FALSE(ev::wait_all_for(h.events, 30ms));
+    const double waited = ms_since(t0);
+    EXPECT_GE(waited, 29.0);
+    EXPECT_LT(waited, 5000.0);
+    EXPECT_FALSE(ev::wait_all_for(h.events, 0ns));
+    h.gates[1].set();
+    EXPECT_TRUE(ev::wait_all_for(h.events, 30s));
+    EXPECT_TRUE(ev::wait_all_for({h.events[0], h.events[1]}, 0ns));
+  });
+}
+
+TEST(WaitTest, WaitAllForRethrowsAFailure) {
+  run_with_deadline([] {
+    ev::Stream s;
+    ev::Event bad = s.enqueue("bad", [] { throw UserError("x"); });
+    EXPECT_THROW(ev::wait_all_for({bad}, 30s), ev::OpError);
+  });
+}
+
+TEST(WaitTest, WaitAnyReturnsTheLowestFinishedIndex) {
+  run_with_deadline([] {
+    HeldEvents h(4);
+    h.gates[3].set();
+    h.gates[1].set();
+    h.events[3].wait();
+    h.events[1].wait();
+    EXPECT_EQ(ev::wait_any(h.events), std::optional<std::size_t>(1));
+    EXPECT_EQ(ev::wait_any(h.events, 0ns), std::optional<std::size_t>(1));
+    h.gates[0].set();
+    h.events[0].wait();
+    EXPECT_EQ(ev::wait_any(h.events), std::optional<std::size_t>(0));
+    h.gates[2].set();
+  });
+}
+
+TEST(WaitTest, WaitAnyBlocksUntilOneFinishes) {
+  run_with_deadline([] {
+    HeldEvents h(3);
+    DelayedSetter setter({h.gates[2]}, {20ms});
+    auto t0 = Clock::now();
+    EXPECT_EQ(ev::wait_any(h.events), std::optional<std::size_t>(2));
+    EXPECT_GE(ms_since(t0), 15.0);
+    EXPECT_FALSE(h.events[0].poll());
+    h.gates[0].set();
+    h.gates[1].set();
+  });
+}
+
+TEST(WaitTest, WaitAnyReturnsNulloptOnTimeout) {
+  run_with_deadline([] {
+    HeldEvents h(2);
+    auto t0 = Clock::now();
+    EXPECT_EQ(ev::wait_any(h.events, 30ms), std::nullopt);
+    const double waited = ms_since(t0);
+    EXPECT_GE(waited, 29.0);
+    EXPECT_LT(waited, 5000.0);
+    EXPECT_EQ(ev::wait_any(h.events, 0ns), std::nullopt);
+    h.gates[1].set();
+    EXPECT_EQ(ev::wait_any(h.events, 30s), std::optional<std::size_t>(1));
+    h.gates[0].set();
+  });
+}
+
+TEST(WaitTest, WaitAnyCountsAFailedEventAsFinishedAndDoesNotThrow) {
+  run_with_deadline([] {
+    HeldEvents h(1);
+    ev::Stream s;
+    ev::Event bad = s.enqueue("bad", [] { throw UserError("x"); });
+    std::optional<std::size_t> i;
+    EXPECT_NO_THROW(i = ev::wait_any({h.events[0], bad}));
+    EXPECT_EQ(i, std::optional<std::size_t>(1));
+    EXPECT_NE(bad.error(), nullptr);
+    h.gates[0].set();
+  });
+}
+
+TEST(WaitTest, SynchronizeWaitsForEveryStreamIncludingDroppedOnes) {
+  run_with_deadline([] {
+    std::atomic<int> done{0};
+    ev::UserEvent gate;
+    {
+      // Streams whose handles are all gone before synchronize() is called.
+      for (int i = 0; i < 4; ++i) {
+        ev::Stream s;
+        s.enqueue("slow", [&] {
+          std::this_thread::sleep_for(20ms);
+          done.fetch_add(1);
+        });
+      }
+      ev::Stream held = gated_stream(gate);
+      held.enqueue("held", [&] { done.fetch_add(1); });
+    }
+    // And the default stream.
+    ev::Stream::default_stream().enqueue("default", [&] {
+      std::this_thread::sleep_for(10ms);
+      done.fetch_add(1);
+    });
+    DelayedSetter setter({gate}, {40ms});
+    ev::synchronize();
+    EXPECT_EQ(done.load(), 6);
+  });
+}
+
+TEST(WaitTest, SynchronizeOfADeviceWaitsForItsStreams) {
+  run_with_deadline([] {
+    std::atomic<int> done{0};
+    std::vector<ev::Stream> streams(3);
+    for (auto& s : streams) {
+      s.enqueue("slow", [&] {
+        std::this_thread::sleep_for(15ms);
+        done.fetch_add(1);
+      });
+    }
+    streams.clear();  // dropped too
+    ev::synchronize(ev::Device::cpu());
+    EXPECT_EQ(done.load(), 3);
+    ev::synchronize("cpu");
+  });
+}
+
+TEST(WaitTest, SynchronizeDoesNotThrowForFailedOps) {
+  run_with_deadline([] {
+    ev::Stream s;
+    ev::Event bad = s.enqueue("bad", [] { throw UserError("x"); });
+    EXPECT_NO_THROW(ev::synchronize());
+    EXPECT_TRUE(bad.poll());
+    EXPECT_NO_THROW(ev::synchronize(ev::Device::cpu()));
+  });
+}
+
+TEST(WaitTest, SynchronizeWithNothingPendingReturns) {
+  run_with_deadline([] {
+    ev::synchronize();
+    ev::synchronize();
+  });
+}
+
+}  // namespace
