@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -110,7 +111,8 @@ struct PyCallback {
     try {
       fn.get()();
     } catch (py::error_already_set& e) {
-      e.discard_as_unraisable("eventide callback");
+      // "Exception ignored in: <the callable>": names which callback failed.
+      e.discard_as_unraisable(py::reinterpret_borrow<py::object>(fn.get()));
     }
   }
 };
@@ -217,6 +219,12 @@ py::object wait_any_events(const py::sequence& seq, const py::object& timeout) {
     return std::optional<std::size_t>();
   };
   if (events.empty()) throw InvalidArgument("wait_any: the list of events is empty");
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (events[i].state()->status() == EventStatus::empty) {
+      throw StateError("wait_any: event " + std::to_string(i) + " (" + events[i].str() +
+                       ") is empty and would never finish");
+    }
+  }
   bool done = wait_interruptible([&] { return (index = first_done()).has_value(); },
                                  [&](nanoseconds slice) {
                                    index = eventide::wait_any(events, slice);
@@ -229,12 +237,96 @@ py::object wait_any_events(const py::sequence& seq, const py::object& timeout) {
 
 // --- Streams as context managers -----------------------------------------------------------
 
-thread_local std::vector<std::unique_ptr<StreamGuard>> tls_guards;
+// `with s:` blocks live in a ContextVar (a tuple of the streams entered, innermost last), so
+// that each asyncio task, which runs in its own copy of the context, has its own blocks, and
+// each thread too. The C++ runtime keeps the current stream per thread; every Python entry
+// point that uses the current stream first brings that up to date with the context
+// (sync_current_streams: one ContextVar read when nothing changed).
+PyObject* g_blocks_var = nullptr;
 
-void enter_stream(const Stream& s) { tls_guards.push_back(std::make_unique<StreamGuard>(s)); }
+py::tuple current_blocks() {
+  PyObject* value = nullptr;
+  if (PyContextVar_Get(g_blocks_var, nullptr, &value) < 0) throw py::error_already_set();
+  if (!value) return py::tuple();
+  return py::reinterpret_steal<py::tuple>(value);
+}
 
-void exit_stream() {
-  if (!tls_guards.empty()) tls_guards.pop_back();
+void set_blocks(const py::tuple& blocks) {
+  PyObject* token = PyContextVar_Set(g_blocks_var, blocks.ptr());
+  if (!token) throw py::error_already_set();
+  Py_DECREF(token);
+}
+
+void sync_current_streams() {
+  PyObject* value = nullptr;
+  if (PyContextVar_Get(g_blocks_var, nullptr, &value) < 0) throw py::error_already_set();
+  py::object blocks = py::reinterpret_steal<py::object>(value);
+  // The tuple last applied on this thread, held (never released: a thread-exit destructor may
+  // not touch Python), so its address cannot be reused by another tuple.
+  thread_local PyObject* applied = nullptr;
+  thread_local std::vector<Device> applied_devices;
+  if (blocks.ptr() == applied || (!blocks && !applied)) return;
+  std::vector<std::pair<Device, std::shared_ptr<detail::StreamState>>> want;
+  if (blocks) {
+    for (py::handle h : py::reinterpret_borrow<py::tuple>(blocks)) {
+      const Stream& st = h.cast<const Stream&>();
+      auto it = std::find_if(want.begin(), want.end(), [&](auto& p) { return p.first == st.device(); });
+      if (it != want.end()) it->second = st.state(); else want.emplace_back(st.device(), st.state());
+    }
+  }
+  for (Device d : applied_devices) {
+    if (std::none_of(want.begin(), want.end(), [&](auto& p) { return p.first == d; })) {
+      detail::exchange_current_stream(d, nullptr);
+    }
+  }
+  applied_devices.clear();
+  for (auto& [d, st] : want) {
+    detail::exchange_current_stream(d, st);
+    applied_devices.push_back(d);
+  }
+  Py_XINCREF(blocks.ptr());
+  Py_XDECREF(applied);
+  applied = blocks.ptr();
+}
+
+void enter_stream(const py::object& s) {
+  py::tuple old = current_blocks();
+  py::tuple blocks(old.size() + 1);
+  for (std::size_t i = 0; i < old.size(); ++i) blocks[i] = old[i];
+  blocks[old.size()] = s;
+  set_blocks(blocks);
+  sync_current_streams();
+}
+
+void exit_stream(const Stream& s) {
+  py::tuple old = current_blocks();
+  std::size_t drop = old.size();
+  for (std::size_t i = old.size(); i-- > 0;) {
+    if (old[i].cast<const Stream&>() == s) {
+      drop = i;
+      break;
+    }
+  }
+  if (drop == old.size()) return;  // not entered in this context
+  py::tuple blocks(old.size() - 1);
+  for (std::size_t i = 0, j = 0; i < old.size(); ++i) {
+    if (i != drop) blocks[j++] = old[i];
+  }
+  set_blocks(blocks);
+  sync_current_streams();
+}
+
+Tensor py_matmul(const Tensor& a, const Tensor& b) {
+  sync_current_streams();
+  return eventide::matmul(a, b);
+}
+Tensor py_add(const Tensor& a, const Tensor& b) {
+  sync_current_streams();
+  return eventide::add(a, b);
+}
+Tensor py_mul(const Tensor& a, const Tensor& b) {
+  sync_current_streams();
+  return eventide::mul(a, b);
 }
 
 // --- Tensors and NumPy ---------------------------------------------------------------------
@@ -327,6 +419,7 @@ Tensor from_numpy(const py::array& input, const py::object& device_obj) {
     return wrap(std::move(shape), *dtype, device, std::move(storage));
   }
   py::array compact = py::module_::import("numpy").attr("ascontiguousarray")(input);
+  sync_current_streams();
   return eventide::from_host(compact.data(), std::move(shape), *dtype, device);
 }
 
@@ -336,6 +429,7 @@ Tensor tensor_from_data(const py::object& data, const py::object& dtype_obj,
                         const py::object& device_obj) {
   py::module_ np = py::module_::import("numpy");
   Device device = device_or_default(device_obj);
+  sync_current_streams();
   if (py::isinstance<Tensor>(data)) {
     Tensor t = data.cast<Tensor>();
     if (!dtype_obj.is_none() && to_dtype(dtype_obj) != t.dtype()) {
@@ -343,27 +437,35 @@ Tensor tensor_from_data(const py::object& data, const py::object& dtype_obj,
     }
     return t.to(device);
   }
+  // np.asarray(order="C"), not ascontiguousarray, which makes a 0-d array 1-d.
+  auto as_array = [&](py::object dtype) -> py::array {
+    try {
+      return np.attr("asarray")(data, "dtype"_a = dtype, "order"_a = "C");
+    } catch (const py::error_already_set& e) {
+      if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
+      throw InvalidArgument(std::string("tensor: cannot make an array of the data: ") + e.what());
+    }
+  };
   py::array arr;
   if (dtype_obj.is_none()) {
-    arr = np.attr("asarray")(data);
+    arr = as_array(py::none());
     if (!py::isinstance<py::array>(data)) {
       std::string kind = py::str(arr.dtype().attr("kind")).cast<std::string>();
-      if (kind == "f") arr = arr.attr("astype")("float32");
-      if (kind == "i" || kind == "u" || kind == "b") arr = arr.attr("astype")("int64");
+      if (kind == "f") arr = arr.attr("astype")("float32", "order"_a = "C");
+      if (kind == "i" || kind == "u" || kind == "b") arr = arr.attr("astype")("int64", "order"_a = "C");
     }
   } else {
     DType want = to_dtype(dtype_obj);
     if (want == DType::bf16) {
-      py::array f = np.attr("ascontiguousarray")(data, "dtype"_a = "float32");
+      py::array f = as_array(py::str("float32"));
       std::vector<std::uint16_t> bits(static_cast<std::size_t>(f.size()));
       const float* src = static_cast<const float*>(f.data());
       for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = ops::float_to_bf16(src[i]);
       Shape shape(f.shape(), f.shape() + f.ndim());
       return eventide::from_host(bits.data(), std::move(shape), DType::bf16, device);
     }
-    arr = np.attr("asarray")(data, "dtype"_a = py_name(want));
+    arr = as_array(py::str(py_name(want)));
   }
-  arr = np.attr("ascontiguousarray")(arr);
   auto dtype = from_numpy_dtype(arr.dtype());
   if (!dtype) {
     throw InvalidArgument("tensor: unsupported dtype " + py::str(arr.dtype()).cast<std::string>());
@@ -483,6 +585,7 @@ py::capsule dlpack_method(const Tensor& t, const py::object& stream, const py::o
   wait_tensor(t);
   Tensor out = t;
   if (!copy.is_none() && copy.cast<bool>()) {
+    sync_current_streams();
     out = eventide::from_host(s.storage->data(), s.shape, s.dtype, s.device);
     wait_tensor(out);
   }
@@ -580,16 +683,17 @@ std::string event_repr(const Event& e) {
   return "<eventide." + s.substr(1);
 }
 
+// "<eventide.Tensor (512, 512) float32 on cpu, ready>", in the style of the events' reprs.
 std::string tensor_repr(const Tensor& t) {
-  if (!t.defined()) return "eventide.Tensor(undefined)";
+  if (!t.defined()) return "<eventide.Tensor undefined>";
   std::ostringstream os;
   const auto& s = *t.state();
-  os << "eventide.Tensor(shape=" << py::repr(to_tuple(s.shape)).cast<std::string>()
-     << ", dtype=" << py_name(s.dtype) << ", device=" << s.device.str() << ", ";
+  os << "<eventide.Tensor " << py::repr(to_tuple(s.shape)).cast<std::string>() << ' '
+     << py_name(s.dtype) << " on " << s.device.str() << ", ";
   auto producer = s.producer();
   os << (!producer || producer->done() ? (producer && producer->error() ? "failed" : "ready")
                                        : "pending")
-     << ')';
+     << '>';
   return os.str();
 }
 
@@ -694,6 +798,9 @@ void install_fast_paths(py::handle cls) {
 
 PYBIND11_MODULE(_eventide, m) {
   m.doc() = "eventide: asynchronous device work and events (C++ core)";
+  g_blocks_var = PyContextVar_New("eventide_stream_blocks", nullptr);
+  if (!g_blocks_var) throw py::error_already_set();
+  m.add_object("_stream_blocks", py::handle(g_blocks_var));
   register_exceptions(m);
 
   // --- dtype ---
@@ -745,7 +852,8 @@ PYBIND11_MODULE(_eventide, m) {
            "Tie the event to the op that produced `tensor`.")
       .def("record", [](Event& e, const Stream& s) { e.record(s); }, "stream"_a,
            "Tie the event to all work enqueued so far on `stream`.")
-      .def("record", [](Event& e, const py::none&) { e.record(); }, "stream"_a = py::none(),
+      .def("record", [](Event& e, const py::none&) { sync_current_streams(); e.record(); },
+           "stream"_a = py::none(),
            "Tie the event to all work enqueued so far on the current stream.")
       .def("wait", &wait_event, "timeout"_a = py::none(),
            "Block until finished (True) or `timeout` seconds pass (False). Raises the error of "
@@ -802,11 +910,14 @@ PYBIND11_MODULE(_eventide, m) {
       .def("wait_event", &Stream::wait_event, "event"_a)
       .def("wait_stream", &Stream::wait_stream, "stream"_a)
       .def("record_event",
-           [](const Stream& s, const py::object& event) -> Event {
-             if (event.is_none()) return s.record_event();
-             Event e = event.cast<Event>();
-             e.record(s);
-             return e;
+           [](const Stream& s, const py::object& event) -> py::object {
+             if (event.is_none()) return py::cast(s.record_event());
+             if (!py::isinstance<Event>(event)) {
+               throw py::type_error("record_event: expected an eventide Event or None, got " +
+                                    py::repr(event).cast<std::string>());
+             }
+             event.cast<Event&>().record(s);
+             return event;  // the same object, as in PyTorch
            },
            "event"_a = py::none())
       .def("query", &Stream::query)
@@ -815,20 +926,21 @@ PYBIND11_MODULE(_eventide, m) {
         auto err = s.error();
         return err ? to_python_exception(err) : py::none();
       })
-      .def("__enter__", [](const Stream& s) { enter_stream(s); return s; })
-      .def("__exit__", [](const Stream&, const py::args&) { exit_stream(); })
+      .def("__enter__", [](const py::object& s) { enter_stream(s); return s; })
+      .def("__exit__", [](const Stream& s, const py::args&) { exit_stream(s); })
       .def("__repr__", [](const Stream& s) { return "<eventide.Stream " + s.str() + ">"; })
       .def("__eq__", [](const Stream& a, const py::object& b) {
         return py::isinstance<Stream>(b) && a == b.cast<const Stream&>();
       })
       .def("__hash__", [](const Stream& s) { return std::hash<const void*>{}(s.state().get()); });
 
-  m.def("current_stream", [](const py::object& d) { return Stream::current(device_or_default(d)); },
+  m.def("current_stream", [](const py::object& d) {
+          sync_current_streams();
+          return Stream::current(device_or_default(d));
+        },
         "device"_a = py::none());
   m.def("default_stream", [](const py::object& d) { return Stream::default_stream(device_or_default(d)); },
         "device"_a = py::none());
-  m.def("_enter_stream", &enter_stream);
-  m.def("_exit_stream", &exit_stream);
 
   // --- Tensors ---
   py::class_<Tensor>(m, "Tensor", "A dense array on a device; ops on it are asynchronous.")
@@ -869,16 +981,20 @@ PYBIND11_MODULE(_eventide, m) {
         DLDevice d = dl_device(t.device());
         return py::make_tuple(d.device_type, d.device_id);
       })
-      .def("to", [](const Tensor& t, const py::object& d) { return t.to(device_or_default(d)); },
+      .def("to", [](const Tensor& t, const py::object& d) {
+             sync_current_streams();
+             return t.to(device_or_default(d));
+           },
            "device"_a)
-      .def("__matmul__", [](const Tensor& a, const Tensor& b) { return eventide::matmul(a, b); })
-      .def("__add__", [](const Tensor& a, const Tensor& b) { return eventide::add(a, b); })
-      .def("__mul__", [](const Tensor& a, const Tensor& b) { return eventide::mul(a, b); })
+      .def("__matmul__", &py_matmul)
+      .def("__add__", &py_add)
+      .def("__mul__", &py_mul)
       .def("__repr__", &tensor_repr);
 
   auto creation = [&m](const char* name, Tensor (*fn)(Shape, DType, Device), const char* doc) {
     m.def(name,
           [fn, name](const py::args& shape, const py::object& dtype, const py::object& device) {
+            sync_current_streams();
             return fn(to_shape(shape, name), to_dtype(dtype), device_or_default(device));
           },
           "dtype"_a = py::none(), "device"_a = py::none(), doc);
@@ -890,6 +1006,7 @@ PYBIND11_MODULE(_eventide, m) {
   creation("randn", &eventide::randn, "Standard normal random numbers.");
   m.def("full",
         [](const py::object& shape, double value, const py::object& dtype, const py::object& device) {
+          sync_current_streams();
           return eventide::full(to_shape(py::make_tuple(shape), "full"), value, to_dtype(dtype),
                                 device_or_default(device));
         },
@@ -900,9 +1017,9 @@ PYBIND11_MODULE(_eventide, m) {
         "A tensor on the array's memory (no copy on cpu where the layout allows; the array is kept "
         "alive), else a copy.");
   m.def("from_dlpack", &from_dlpack, "x"_a, "A tensor sharing the memory of a DLPack producer.");
-  m.def("matmul", &eventide::matmul, "a"_a, "b"_a);
-  m.def("add", &eventide::add, "a"_a, "b"_a);
-  m.def("mul", &eventide::mul, "a"_a, "b"_a);
+  m.def("matmul", &py_matmul, "a"_a, "b"_a, "a @ b; asynchronous, on the current stream.");
+  m.def("add", &py_add, "a"_a, "b"_a, "a + b, elementwise.");
+  m.def("mul", &py_mul, "a"_a, "b"_a, "a * b, elementwise.");
   m.def("manual_seed", [](std::uint64_t seed, const py::object& device) {
     auto d = to_device(device);
     d ? eventide::manual_seed(seed, *d) : eventide::manual_seed(seed);

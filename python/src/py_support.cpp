@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "eventide/errors.hpp"
 
@@ -105,6 +106,10 @@ void register_exceptions(py::module_& m) {
 
 std::optional<double> parse_timeout(const py::object& timeout) {
   if (timeout.is_none()) return std::nullopt;
+  if (!PyFloat_Check(timeout.ptr()) && !PyIndex_Check(timeout.ptr())) {
+    throw py::type_error("timeout must be None or a number of seconds, got " +
+                         py::repr(timeout).cast<std::string>());
+  }
   double t = timeout.cast<double>();
   if (std::isnan(t) || t < 0) {
     throw InvalidArgument("timeout must be None or a non-negative number of seconds, got " +
@@ -127,11 +132,23 @@ bool wait_interruptible(const std::function<bool()>& ready,
     nanoseconds slice = kSlice;
     if (deadline) slice = std::clamp(duration_cast<nanoseconds>(*deadline - steady_clock::now()),
                                      nanoseconds(0), kSlice);
+    // Not gil_scoped_release: during interpreter exit, taking the GIL back ends a daemon
+    // thread by unwinding its stack (pthread_exit), which a noexcept destructor turns into
+    // std::terminate. Here it unwinds through ordinary code.
     bool done;
-    {
-      py::gil_scoped_release release;
+    PyThreadState* thread = PyEval_SaveThread();
+    try {
       done = try_wait(slice);
+    } catch (...) {
+      PyEval_RestoreThread(thread);
+      throw;
     }
+    if (!python_alive()) {
+      // The interpreter is going away: this thread (a daemon) must not touch it again. It
+      // sleeps until the process ends.
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+    PyEval_RestoreThread(thread);
     if (done) return true;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     if (deadline && steady_clock::now() >= *deadline) return false;

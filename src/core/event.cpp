@@ -343,6 +343,7 @@ std::int64_t EventState::completion_ns() {
 }
 
 std::string EventState::str() const {
+  const_cast<EventState*>(this)->poll();  // report the state as of now, not of the last poll
   std::lock_guard lock(mu_);
   return str_locked();
 }

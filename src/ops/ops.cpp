@@ -147,19 +147,24 @@ Tensor empty(Shape shape, DType dtype, Device device) {
                 });
 }
 
+namespace {
+Tensor filled(const char* op, Shape shape, double value, DType dtype, Device device) {
+  return create(op, std::move(shape), dtype, device, [value](Target& t, TensorState& out) {
+    t.ctx.backend().kernels().fill(*t.stream, out, value);
+  });
+}
+}  // namespace
+
 Tensor full(Shape shape, double value, DType dtype, Device device) {
-  return create("full", std::move(shape), dtype, device,
-                [value](Target& t, TensorState& out) {
-                  t.ctx.backend().kernels().fill(*t.stream, out, value);
-                });
+  return filled("full", std::move(shape), value, dtype, device);
 }
 
 Tensor zeros(Shape shape, DType dtype, Device device) {
-  return full(std::move(shape), 0.0, dtype, device);
+  return filled("zeros", std::move(shape), 0.0, dtype, device);
 }
 
 Tensor ones(Shape shape, DType dtype, Device device) {
-  return full(std::move(shape), 1.0, dtype, device);
+  return filled("ones", std::move(shape), 1.0, dtype, device);
 }
 
 Tensor rand(Shape shape, DType dtype, Device device) {

@@ -1,0 +1,298 @@
+"""NumPy and DLPack interop on the CPU: views share memory, are read-only, keep their owners
+alive, and wait for the producing op."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import eventide as ev
+from conftest import Gate, call_with_timeout, wait_until
+
+
+# --- out.numpy() ------------------------------------------------------------------------
+
+def test_numpy_is_a_read_only_view_sharing_memory():
+    t = ev.rand(4, 5)
+    a = t.numpy()
+    b = t.numpy()
+    assert np.shares_memory(a, b)
+    assert a.flags.writeable is False
+    assert a.flags.c_contiguous
+    with pytest.raises(ValueError, match="read-only"):
+        a[0, 0] = 1.0
+    with pytest.raises(ValueError):
+        a += 1
+    assert a.shape == (4, 5) and a.dtype == np.float32
+
+
+def test_numpy_view_keeps_tensor_memory_alive():
+    t = ev.full((256, 256), 7.0)
+    a = t.numpy()
+    del t
+    gc.collect()
+    _ = [ev.full((256, 256), 1.0).numpy() for _ in range(8)]  # reuse freed memory, if any
+    assert (a == 7.0).all()
+
+
+def test_numpy_waits_for_the_producer(gate: Gate):
+    with gate:
+        t = ev.full((8,), 3.0)
+    result = []
+    import threading
+    th = threading.Thread(target=lambda: result.append(t.numpy()), daemon=True)
+    th.start()
+    th.join(0.1)
+    assert th.is_alive() and not result
+    gate.open()
+    th.join(20)
+    assert (result[0] == 3.0).all()
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64", "int32", "int64", "float16"])
+def test_numpy_dtypes_round_trip(dt):
+    src = (np.arange(12) - 5).astype(dt).reshape(3, 4)
+    t = ev.tensor(src)
+    assert t.numpy().dtype == np.dtype(dt)
+    assert (t.numpy() == src).all()
+    assert t.tolist() == src.tolist()
+
+
+def test_numpy_of_zero_sized_and_zero_dim():
+    assert ev.zeros(0, 3).numpy().shape == (0, 3)
+    z = ev.full((), 2.5)
+    assert z.numpy().shape == () and float(z.numpy()) == 2.5
+
+
+def test_numpy_of_failed_tensor_raises(gate: Gate):
+    with gate:
+        t = ev.rand(4)
+    exc = RuntimeError("no")
+    gate.fail(exc)
+    with pytest.raises(ev.OpError) as info:
+        call_with_timeout(t.numpy)
+    assert info.value.__cause__ is exc
+
+
+def test_bfloat16_to_numpy_is_a_clear_error():
+    with pytest.raises(ev.InvalidArgumentError, match="bfloat16"):
+        ev.ones(2, dtype=ev.bfloat16).numpy()
+
+
+# --- __array__ ----------------------------------------------------------------------------
+
+def test_array_protocol():
+    t = ev.full((2, 3), 1.5)
+    a = np.asarray(t)
+    assert a.shape == (2, 3) and a.dtype == np.float32 and (a == 1.5).all()
+    assert np.shares_memory(a, t.numpy())
+    d = np.asarray(t, dtype=np.float64)
+    assert d.dtype == np.float64 and (d == 1.5).all()
+    c = np.array(t)  # copy=True by default: a writable copy
+    assert c.flags.writeable
+    assert not np.shares_memory(c, t.numpy())
+    c[0, 0] = 9
+    assert t.numpy()[0, 0] == 1.5
+    assert float(np.sum(t)) == pytest.approx(9.0)
+
+
+# --- from_numpy -------------------------------------------------------------------------
+
+def test_from_numpy_shares_memory_without_copy():
+    arr = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = ev.from_numpy(arr)
+    assert np.shares_memory(arr, t.numpy())
+    assert t.ready  # no op produced it
+    arr[0, 0] = 42.0  # no copy: the tensor sees the array's memory
+    assert t.numpy()[0, 0] == 42.0
+
+
+def test_from_numpy_keeps_the_array_alive():
+    arr = np.arange(1000, dtype=np.float64)
+    ref = weakref.ref(arr)
+    t = ev.from_numpy(arr)
+    del arr
+    gc.collect()
+    assert ref() is not None  # kept alive by the tensor
+    assert t.numpy()[999] == 999.0
+    total = (t + t).numpy()
+    assert total[10] == 20.0
+    del t, total
+    wait_until(lambda: (gc.collect(), ref() is None)[1], what="the array to be released")
+
+
+def test_from_numpy_array_lives_until_pending_ops_finish(gate: Gate):
+    arr = np.full(4096, 2.0, dtype=np.float32)
+    ref = weakref.ref(arr)
+    t = ev.from_numpy(arr)
+    with gate:
+        out = t * t
+    del arr, t
+    gc.collect()
+    assert ref() is not None  # a pending op still reads it
+    gate.open()
+    assert (call_with_timeout(out.numpy) == 4.0).all()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::2],
+    lambda: np.asfortranarray(np.arange(12, dtype=np.float64).reshape(3, 4)),
+    lambda: np.arange(12, dtype=np.int64).reshape(3, 4).T,
+    lambda: np.arange(10, dtype=np.float32)[::-1],
+], ids=["strided", "fortran", "transposed", "reversed"])
+def test_from_numpy_non_contiguous_is_copied(make):
+    arr = make()
+    t = ev.from_numpy(arr)
+    assert t.shape == arr.shape
+    got = call_with_timeout(t.numpy)
+    assert not np.shares_memory(arr, got)
+    assert (got == arr).all()
+
+
+@pytest.mark.parametrize("dt", ["complex64", "bool", "uint8", "int8", "uint32", "object",
+                                "int16", "U3"])
+def test_from_numpy_unsupported_dtype(dt):
+    arr = np.zeros(3, dtype=dt)
+    with pytest.raises(ev.InvalidArgumentError, match="unsupported dtype"):
+        ev.from_numpy(arr)
+
+
+def test_from_numpy_rejects_non_arrays_and_bad_devices():
+    with pytest.raises(TypeError):
+        ev.from_numpy([1.0, 2.0])
+    with pytest.raises(ev.InvalidArgumentError, match="tpu"):
+        ev.from_numpy(np.zeros(2, np.float32), device="tpu")
+
+
+def test_from_numpy_zero_dim():
+    t = ev.from_numpy(np.array(3.0))
+    assert t.shape == () and float(t.numpy()) == 3.0
+
+
+def test_from_numpy_ops_read_correct_values():
+    a = np.random.default_rng(5).standard_normal((32, 16)).astype(np.float32)
+    b = np.random.default_rng(6).standard_normal((16, 8)).astype(np.float32)
+    np.testing.assert_allclose((ev.from_numpy(a) @ ev.from_numpy(b)).numpy(), a @ b,
+                               rtol=1e-4, atol=1e-5)
+
+
+# --- DLPack -------------------------------------------------------------------------------
+
+def test_dlpack_device():
+    assert ev.rand(2).__dlpack_device__() == (1, 0)  # kDLCPU, 0
+
+
+def test_numpy_from_dlpack_shares_memory():
+    t = ev.full((3, 4), 6.0)
+    a = np.from_dlpack(t)
+    assert a.shape == (3, 4) and a.dtype == np.float32
+    assert np.shares_memory(a, t.numpy())
+    assert (a == 6.0).all()
+
+
+def test_numpy_from_dlpack_waits_for_producer(gate: Gate):
+    with gate:
+        t = ev.full((16,), 5.0)
+    gate.open()
+    a = call_with_timeout(lambda: np.from_dlpack(t))
+    assert (a == 5.0).all()
+
+
+def test_dlpack_round_trip_through_numpy():
+    src = np.arange(20, dtype=np.float64).reshape(4, 5)
+    t = ev.from_dlpack(src)  # NumPy 1.24 only speaks the legacy (unversioned) protocol
+    assert t.shape == (4, 5) and t.dtype == ev.float64
+    assert np.shares_memory(src, t.numpy())
+    back = np.from_dlpack(t)
+    assert np.shares_memory(src, back)
+    assert (back == src).all()
+    # (NumPy 1.24's from_dlpack arrays are read-only and it refuses to re-export them)
+    again = ev.from_dlpack(t)  # eventide -> eventide through __dlpack__(max_version=(1, 0))
+    assert np.shares_memory(src, again.numpy())
+    assert again.tolist() == src.tolist()
+
+
+def test_dlpack_keeps_producer_alive():
+    src = np.arange(64, dtype=np.int64)
+    ref = weakref.ref(src)
+    t = ev.from_dlpack(src)
+    del src
+    gc.collect()
+    assert ref() is not None
+    assert t.numpy()[63] == 63
+    del t
+    wait_until(lambda: (gc.collect(), ref() is None)[1], what="the producer to be released")
+
+
+def test_dlpack_versioned_capsule():
+    t = ev.full((2, 2), 1.25, dtype=ev.float64)
+    cap = t.__dlpack__(max_version=(1, 0))
+    assert type(cap).__name__ == "PyCapsule"
+    assert "dltensor_versioned" in repr(cap)
+    u = ev.from_dlpack(cap)
+    assert u.tolist() == [[1.25, 1.25], [1.25, 1.25]]
+    assert np.shares_memory(u.numpy(), t.numpy())
+    legacy = t.__dlpack__()
+    assert '"dltensor"' in repr(legacy)
+    old = t.__dlpack__(max_version=(0, 8))
+    assert '"dltensor"' in repr(old)
+
+
+def test_dlpack_capsule_is_consumed_once():
+    cap = ev.rand(3).__dlpack__()
+    ev.from_dlpack(cap)
+    with pytest.raises(ev.InvalidArgumentError, match="consumed"):
+        ev.from_dlpack(cap)
+
+
+def test_dlpack_unconsumed_capsule_is_freed():
+    t = ev.rand(3)
+    for _ in range(100):
+        t.__dlpack__()
+        t.__dlpack__(max_version=(1, 0))
+    gc.collect()
+    assert t.numpy().shape == (3,)
+
+
+def test_dlpack_copy_flag():
+    t = ev.full((4,), 2.0)
+    copied = np.from_dlpack(_CopyingProducer(t))
+    assert not np.shares_memory(copied, t.numpy())
+    assert (copied == 2.0).all()
+
+
+class _CopyingProducer:
+    """Asks eventide for a copy through __dlpack__(copy=True)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, stream=None):
+        return self.t.__dlpack__(copy=True)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_dlpack_errors():
+    t = ev.rand(2)
+    with pytest.raises(BufferError):
+        t.__dlpack__(dl_device=(2, 0))
+    with pytest.raises(BufferError):
+        t.__dlpack__(stream=1)
+    with pytest.raises(ev.InvalidArgumentError, match="__dlpack__"):
+        ev.from_dlpack(3)
+    with pytest.raises(ev.InvalidArgumentError, match="dtype"):
+        ev.from_dlpack(np.arange(3, dtype=np.uint8))
+    with pytest.raises(ev.InvalidArgumentError, match="contiguous"):
+        ev.from_dlpack(np.arange(6.0).reshape(2, 3)[:, ::2])
+
+
+def test_dlpack_bfloat16_export():
+    t = ev.ones(3, dtype=ev.bfloat16)
+    cap = t.__dlpack__()
+    u = ev.from_dlpack(cap)
+    assert u.dtype == ev.bfloat16
