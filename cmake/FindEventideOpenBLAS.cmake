@@ -6,11 +6,11 @@ find_package(OpenBLAS CONFIG QUIET)
 find_path(EVENTIDE_OPENBLAS_INCLUDE_DIR cblas.h
   HINTS ${OpenBLAS_INCLUDE_DIRS}
   PATH_SUFFIXES openblas-pthread openblas openblas-openmp x86_64-linux-gnu/openblas-pthread
-  NO_CACHE)
+  )
 find_library(EVENTIDE_OPENBLAS_LIBRARY NAMES openblas
   HINTS ${OpenBLAS_LIBRARIES}
   PATH_SUFFIXES openblas-pthread openblas
-  NO_CACHE)
+  )
 if(OpenBLAS_LIBRARIES AND NOT EVENTIDE_OPENBLAS_LIBRARY)
   set(EVENTIDE_OPENBLAS_LIBRARY ${OpenBLAS_LIBRARIES})
 endif()

@@ -1,8 +1,11 @@
 #include "core/parker.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <ctime>
+
+#include <sched.h>
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -11,6 +14,9 @@
 namespace eventide::detail {
 
 namespace {
+
+// The part of the spin that only pauses; the rest yields.
+constexpr std::chrono::nanoseconds kPauseSpin = std::chrono::microseconds(4);
 
 long futex(std::atomic<std::uint32_t>& word, int op, std::uint32_t value,
            const timespec* timeout) noexcept {
@@ -64,17 +70,29 @@ void Parker::park(const Deadline& deadline) noexcept {
     state_.exchange(kEmpty, std::memory_order_acquire);
     return;
   }
+  // Spin in two steps: a few microseconds on the pause instruction (the hand-off between two
+  // busy threads on two cores), then yielding the CPU (so that a waker sharing this core gets
+  // to run: a pause-only spin would hold the very core the waker needs for the whole spin).
   const auto spin = spin_duration();
   if (spin.count() > 0) {
-    auto spin_end = Clock::now() + spin;
+    const auto start = Clock::now();
+    auto spin_end = start + spin;
     if (deadline && *deadline < spin_end) spin_end = *deadline;
+    const auto pause_end = start + std::min<std::chrono::nanoseconds>(spin, kPauseSpin);
     for (unsigned i = 1;; ++i) {
       if (state_.load(std::memory_order_relaxed) == kNotified) {
         state_.exchange(kEmpty, std::memory_order_acquire);
         return;
       }
+      if ((i & 15) == 0) {
+        const auto now = Clock::now();
+        if (now >= spin_end) break;
+        if (now >= pause_end) {
+          sched_yield();
+          continue;
+        }
+      }
       cpu_relax();
-      if ((i & 63) == 0 && Clock::now() >= spin_end) break;
     }
   }
   std::uint32_t expected = kEmpty;

@@ -47,7 +47,7 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   Runtime::get().check_running();
   auto work = make_ref<Work>(timeline_, std::move(name), timed);
   work->body() = std::move(body);
-  std::vector<Dep>& deps = work->deps();
+  Work::Deps& deps = work->deps();
   deps.reserve(reads.size() + writes.size() + 1);
 
   std::lock_guard lock(submit_mu_);
@@ -80,7 +80,7 @@ void StreamState::wait(EventState& event) {
                      "): it would never finish");
   }
   auto work = make_ref<Work>(timeline_, "wait", /*timed=*/false);
-  std::vector<Dep>& deps = work->deps();
+  Work::Deps& deps = work->deps();
   deps.reserve(snap.pending.size() + 1);
   for (Ref<Work>& w : snap.pending) deps.push_back(Dep{std::move(w), DepKind::waited});
 

@@ -4,7 +4,7 @@
 
 namespace eventide::detail {
 
-void TensorState::use_for_read(const Ref<Work>& work, std::vector<Dep>& deps) {
+void TensorState::use_for_read(const Ref<Work>& work, Work::Deps& deps) {
   std::lock_guard lock(mu_);
   // Also on the op's own timeline: the producer is done by then (streams run in order), but
   // its failure must still propagate.
@@ -20,7 +20,7 @@ void TensorState::use_for_read(const Ref<Work>& work, std::vector<Dep>& deps) {
   readers_.push_back(work);
 }
 
-void TensorState::use_for_write(const Ref<Work>& work, std::vector<Dep>& deps) {
+void TensorState::use_for_write(const Ref<Work>& work, Work::Deps& deps) {
   std::lock_guard lock(mu_);
   if (writer_ && writer_ != work) deps.push_back(Dep{writer_, DepKind::input});
   for (const Ref<Work>& r : readers_) {

@@ -82,8 +82,8 @@ class TensorState {
   // --- For StreamState::launch, under the stream's submit lock. ---
   // Registers `work` as reading (writing) this tensor and appends to `deps` what it must
   // wait for. May throw std::bad_alloc; the launch then fails the work in order.
-  void use_for_read(const Ref<Work>& work, std::vector<Dep>& deps);
-  void use_for_write(const Ref<Work>& work, std::vector<Dep>& deps);
+  void use_for_read(const Ref<Work>& work, Work::Deps& deps);
+  void use_for_write(const Ref<Work>& work, Work::Deps& deps);
 
  private:
   mutable SpinLock mu_;

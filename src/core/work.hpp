@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/ref.hpp"
+#include "core/small_vector.hpp"
 #include "core/timeline.hpp"
 #include "eventide/detail/callback.hpp"
 
@@ -63,15 +64,15 @@ class Work final : public RefCounted {
     start_ns_ = start_ns;
     end_ns_ = end_ns;
   }
-  std::vector<Dep>& deps() noexcept { return deps_; }
-  const std::vector<Dep>& deps() const noexcept { return deps_; }
+  using Deps = SmallVector<Dep, 3>;
+  Deps& deps() noexcept { return deps_; }
+  const Deps& deps() const noexcept { return deps_; }
   Callback& body() noexcept { return body_; }
   // Drops the body and deps once the work has run: they hold memory (tensor storage) that
   // the op no longer needs.
   void release_execution_state() noexcept {
     body_ = Callback();
     deps_.clear();
-    deps_.shrink_to_fit();
   }
   // Intrusive link for a backend's queue.
   Work* next = nullptr;
@@ -84,7 +85,7 @@ class Work final : public RefCounted {
   std::exception_ptr error_;
   std::int64_t start_ns_ = 0;
   std::int64_t end_ns_ = 0;
-  std::vector<Dep> deps_;
+  Deps deps_;
   Callback body_;
 };
 

@@ -2,11 +2,14 @@
 //
 // The runtime takes ownership of every callback handed to it (STYLE: callbacks own their
 // callables), so it needs a holder that accepts move-only lambdas, which std::function
-// does not. Not thread-safe; moved between threads by the runtime under its own locks.
+// does not. Callables of up to 64 bytes (an op's body: a few storage references and sizes)
+// live inline, so enqueueing an op allocates nothing for its body. Not thread-safe; moved
+// between threads by the runtime under its own locks.
 #pragma once
 
+#include <cstddef>
 #include <functional>
-#include <memory>
+#include <new>
 #include <type_traits>
 #include <utility>
 
@@ -21,32 +24,78 @@ inline constexpr bool is_nullable_callable<std::function<R(A...)>> = true;
 
 class Callback {
  public:
+  static constexpr std::size_t kInlineSize = 64;
+
   Callback() noexcept = default;
 
   template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, Callback> &&
                                               std::is_invocable_v<std::decay_t<F>&>>>
-  Callback(F&& fn)  // NOLINT(google-explicit-constructor)
-      : impl_(std::make_unique<Model<std::decay_t<F>>>(std::forward<F>(fn))) {}
+  Callback(F&& fn) {  // NOLINT(google-explicit-constructor)
+    using D = std::decay_t<F>;
+    if constexpr (fits_inline<D>) {
+      ::new (static_cast<void*>(buf_)) D(std::forward<F>(fn));
+      ops_ = &kInlineOps<D>;
+    } else {
+      *reinterpret_cast<D**>(buf_) = new D(std::forward<F>(fn));
+      ops_ = &kHeapOps<D>;
+    }
+  }
 
-  Callback(Callback&&) noexcept = default;
-  Callback& operator=(Callback&&) noexcept = default;
+  Callback(Callback&& other) noexcept { take(other); }
+  Callback& operator=(Callback&& other) noexcept {
+    if (this != &other) {
+      reset();
+      take(other);
+    }
+    return *this;
+  }
+  Callback(const Callback&) = delete;
+  Callback& operator=(const Callback&) = delete;
+  ~Callback() { reset(); }
 
-  explicit operator bool() const noexcept { return impl_ != nullptr; }
-  void operator()() { impl_->call(); }
+  explicit operator bool() const noexcept { return ops_ != nullptr; }
+  void operator()() { ops_->call(buf_); }
 
  private:
-  struct Concept {
-    virtual ~Concept() = default;
-    virtual void call() = 0;
+  struct Ops {
+    void (*call)(void* self);
+    void (*move)(void* from, void* to) noexcept;  // leaves `from` destroyed
+    void (*destroy)(void* self) noexcept;
   };
-  template <class F>
-  struct Model final : Concept {
-    explicit Model(F&& f) : fn(std::move(f)) {}
-    explicit Model(const F& f) : fn(f) {}
-    void call() override { fn(); }
-    F fn;
-  };
-  std::unique_ptr<Concept> impl_;
+
+  template <class D>
+  static constexpr bool fits_inline = sizeof(D) <= kInlineSize &&
+                                      alignof(D) <= alignof(std::max_align_t) &&
+                                      std::is_nothrow_move_constructible_v<D>;
+
+  template <class D>
+  static constexpr Ops kInlineOps{
+      [](void* self) { (*std::launder(static_cast<D*>(self)))(); },
+      [](void* from, void* to) noexcept {
+        D* f = std::launder(static_cast<D*>(from));
+        ::new (to) D(std::move(*f));
+        f->~D();
+      },
+      [](void* self) noexcept { std::launder(static_cast<D*>(self))->~D(); }};
+
+  template <class D>
+  static constexpr Ops kHeapOps{
+      [](void* self) { (**static_cast<D**>(self))(); },
+      [](void* from, void* to) noexcept { *static_cast<D**>(to) = *static_cast<D**>(from); },
+      [](void* self) noexcept { delete *static_cast<D**>(self); }};
+
+  void take(Callback& other) noexcept {
+    if (other.ops_) {
+      other.ops_->move(other.buf_, buf_);
+      ops_ = std::exchange(other.ops_, nullptr);
+    }
+  }
+  void reset() noexcept {
+    if (ops_) std::exchange(ops_, nullptr)->destroy(buf_);
+  }
+
+  alignas(std::max_align_t) unsigned char buf_[kInlineSize];
+  const Ops* ops_ = nullptr;
 };
 
 }  // namespace eventide::detail

@@ -1,6 +1,6 @@
 #include "backends/cpu/cpu_backend.hpp"
 
-#include <cblas.h>
+#include "backends/cpu/blas.hpp"
 
 #include <cstdlib>
 #include <string>
@@ -13,13 +13,30 @@ namespace eventide::backends::cpu {
 
 namespace {
 
+constexpr std::size_t kAlignment = 64;  // a cache line; AVX-512 loads
+
+// A tensor's memory and its header in one allocation: the header in the first cache line,
+// the data after it.
 class HeapStorage final : public detail::Storage {
  public:
-  using Storage::Storage;
-  ~HeapStorage() override { std::free(data()); }
-};
+  static Ref<detail::Storage> make(std::size_t bytes) {
+    std::size_t data = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* block = data >= bytes && data <= SIZE_MAX - kAlignment
+                      ? std::aligned_alloc(kAlignment, kAlignment + data)
+                      : nullptr;
+    if (!block) {
+      throw DeviceError("out of memory: could not allocate " + std::to_string(bytes) +
+                        " bytes on cpu", "aligned_alloc", ENOMEM);
+    }
+    return Ref<detail::Storage>(::new (block) HeapStorage(static_cast<char*>(block) + kAlignment, bytes));
+  }
+  // `delete this` (the last reference) frees the whole block, header and data.
+  static void operator delete(void* block) { std::free(block); }
 
-constexpr std::size_t kAlignment = 64;  // a cache line; AVX-512 loads
+ private:
+  HeapStorage(void* data, std::size_t bytes) : Storage(data, bytes, Device::cpu()) {}
+};
+static_assert(sizeof(HeapStorage) <= kAlignment);
 
 }  // namespace
 
@@ -27,9 +44,14 @@ CpuBackend::CpuBackend() : kernels_(make_kernels()) {}
 CpuBackend::~CpuBackend() = default;
 
 DeviceInfo CpuBackend::info() const {
-  std::string desc = std::to_string(std::thread::hardware_concurrency()) + " hardware threads; " +
-                     "matmul by OpenBLAS (" + openblas_get_config() + ", " +
-                     std::to_string(openblas_get_num_threads()) + " threads)";
+  std::string desc = std::to_string(std::thread::hardware_concurrency()) + " hardware threads; matmul by ";
+  try {
+    const blas::Api& b = blas::api();
+    desc += "OpenBLAS (" + b.config + "; " + b.core + " kernels, " + b.chosen_by + "; " +
+            std::to_string(b.threads) + " threads)";
+  } catch (const Error& e) {
+    desc += std::string("OpenBLAS, which could not be loaded: ") + e.what();
+  }
   return DeviceInfo{Device::cpu(), "cpu", desc};
 }
 
@@ -37,15 +59,6 @@ std::shared_ptr<StreamState> CpuBackend::create_stream(std::uint64_t id) {
   return std::make_shared<CpuStream>(Device::cpu(), id, pool_);
 }
 
-Ref<detail::Storage> CpuBackend::allocate(std::size_t bytes) {
-  std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  if (rounded == 0) rounded = kAlignment;  // a valid pointer even for empty tensors
-  void* p = rounded >= bytes ? std::aligned_alloc(kAlignment, rounded) : nullptr;
-  if (!p) {
-    throw DeviceError("out of memory: could not allocate " + std::to_string(bytes) +
-                      " bytes on cpu", "aligned_alloc", ENOMEM);
-  }
-  return Ref<detail::Storage>(new HeapStorage(p, bytes, Device::cpu()));
-}
+Ref<detail::Storage> CpuBackend::allocate(std::size_t bytes) { return HeapStorage::make(bytes); }
 
 }  // namespace eventide::backends::cpu

@@ -1,14 +1,13 @@
 // The CPU kernels: elementwise loops the compiler vectorizes, Philox for random numbers,
 // OpenBLAS's CBLAS for matmul. Each enqueues one op whose body captures the storage it
 // touches, so the memory lives until the op has run.
-#include <cblas.h>
-
 #include <climits>
 #include <cmath>
 #include <cstring>
 #include <numbers>
 #include <type_traits>
 
+#include "backends/cpu/blas.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "eventide/errors.hpp"
 #include "ops/half.hpp"
@@ -182,6 +181,7 @@ class CpuKernels final : public ops::Kernels {
     }
     Ref<Storage> ma = a.storage, mb = b.storage, mo = out.storage;
     const bool f64 = a.dtype == DType::f64;
+    const blas::Api* lib = &blas::api();  // loads OpenBLAS at the first matmul, on this thread
     detail::Callback body = [=] {
       const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
       for (std::int64_t i = 0; i < batch; ++i) {
@@ -190,14 +190,14 @@ class CpuKernels final : public ops::Kernels {
           const double* A = static_cast<const double*>(ma->data()) + i * m * k;
           const double* B = static_cast<const double*>(mb->data()) + i * k * n;
           double* C = static_cast<double*>(mo->data()) + i * m * n;
-          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0, A, std::max(K, 1),
-                      B, std::max(N, 1), 0.0, C, std::max(N, 1));
+          lib->dgemm(blas::kRowMajor, blas::kNoTrans, blas::kNoTrans, M, N, K, 1.0, A,
+                     std::max(K, 1), B, std::max(N, 1), 0.0, C, std::max(N, 1));
         } else {
           const float* A = static_cast<const float*>(ma->data()) + i * m * k;
           const float* B = static_cast<const float*>(mb->data()) + i * k * n;
           float* C = static_cast<float*>(mo->data()) + i * m * n;
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, std::max(K, 1),
-                      B, std::max(N, 1), 0.0f, C, std::max(N, 1));
+          lib->sgemm(blas::kRowMajor, blas::kNoTrans, blas::kNoTrans, M, N, K, 1.0f, A,
+                     std::max(K, 1), B, std::max(N, 1), 0.0f, C, std::max(N, 1));
         }
       }
     };
