@@ -88,5 +88,16 @@ others=$(awk -v busy="$(( $(machine_busy_ticks) - busy_before ))" \
   --calls "$dir/calls.json" --latency "$dir/latency.json" --matmul "$dir/matmul.json" \
   --json "$dir/results.json" --md "$dir/results.md" \
   --load-before "$load_before" --load-after "$load_after" --others "$others"
+
+# The Python API's per-call costs (beside torch.cuda.Event where there is a GPU), when the
+# build has the Python package.
+if [[ -d "$build/python/eventide" ]]; then
+  echo
+  py_args=(--json "$dir/python.json" --md "$dir/python.md")
+  [[ $quick == 1 ]] && py_args+=(--quick)
+  [[ -n ${EVENTIDE_BENCH_DEVICE:-} ]] && py_args+=(--device "$EVENTIDE_BENCH_DEVICE")
+  PYTHONPATH="$build/python" "${PYTHON:-/usr/bin/python3}" "$here/bench/python_bench.py" "${py_args[@]}"
+  { echo; echo "## Python"; echo; cat "$dir/python.md"; } >> "$dir/results.md"
+fi
 echo
 echo "bench.sh: wrote $dir/results.md and $dir/results.json"

@@ -735,6 +735,11 @@ PyObject* fast_completed(PyObject* self, void*) { return fast_poll(self, nullptr
 
 PyObject* fast_record(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   try {
+    if (nargs == 0 && !kwnames) {  // record(): the current stream
+      sync_current_streams();
+      self_as<Event>(self)->record();
+      Py_RETURN_NONE;
+    }
     if (nargs == 1 && !kwnames) {
       py::detail::make_caster<Tensor> tensor;
       if (tensor.load(args[0], /*convert=*/false)) {
@@ -763,6 +768,16 @@ PyObject* fast_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
   }
 }
 
+PyObject* fast_synchronize(PyObject* self, PyObject*) {
+  try {
+    Event* e = self_as<Event>(self);
+    if (e->status() != EventStatus::finished) wait_event(*e, py::none());
+    Py_RETURN_NONE;
+  } catch (...) {
+    return fail_to_python();
+  }
+}
+
 void install_fast_paths(py::handle cls) {
   static PyMethodDef poll_def{"poll", &fast_poll, METH_NOARGS,
                               "True once all tied work has finished (never blocks)."};
@@ -775,6 +790,8 @@ void install_fast_paths(py::handle cls) {
                               METH_FASTCALL | METH_KEYWORDS,
                               "wait(timeout=None) -> bool: block until finished (True) or timeout "
                               "seconds pass (False); raises the error of failed work."};
+  static PyMethodDef synchronize_def{"synchronize", &fast_synchronize, METH_NOARGS,
+                                     "PyTorch's spelling of wait()."};
   static PyGetSetDef completed_def{"completed", &fast_completed, nullptr,
                                    "True once all tied work has finished.", nullptr};
   // The pybind11 overloads stay reachable for the cases the fast paths hand on (their error
@@ -782,7 +799,7 @@ void install_fast_paths(py::handle cls) {
   cls.attr("_record") = cls.attr("record");
   cls.attr("_wait") = cls.attr("wait");
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
-  for (PyMethodDef* def : {&poll_def, &query_def, &record_def, &wait_def}) {
+  for (PyMethodDef* def : {&poll_def, &query_def, &record_def, &wait_def, &synchronize_def}) {
     py::object descr = py::reinterpret_steal<py::object>(PyDescr_NewMethod(type, def));
     if (!descr || PyObject_SetAttrString(cls.ptr(), def->ml_name, descr.ptr()) != 0) {
       throw py::error_already_set();
@@ -858,8 +875,6 @@ PYBIND11_MODULE(_eventide, m) {
       .def("wait", &wait_event, "timeout"_a = py::none(),
            "Block until finished (True) or `timeout` seconds pass (False). Raises the error of "
            "failed work, EventStateError if the event is empty.")
-      .def("synchronize", [](const Event& e) { wait_event(e, py::none()); },
-           "PyTorch's spelling of wait().")
       .def_property_readonly("device", &Event::device)
       .def_property_readonly("status", [](const Event& e) { return std::string(name(e.status())); })
       .def_property_readonly("enable_timing", &Event::timing_enabled)
