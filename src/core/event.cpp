@@ -47,8 +47,25 @@ std::shared_ptr<EventState> EventState::make_user(std::optional<Device> device,
   return state;
 }
 
-void EventState::fold_locked(const Work& work) {
-  if (work.error() && !error_) error_ = work.error();
+void EventState::fold_locked(const Ref<Work>& work) {
+  if (work->error() && !error_) error_ = work->error();
+  if (work->timing_known()) {
+    fold_times_locked(*work);
+    return;
+  }
+  untimed_.push_back(work);
+  if (untimed_.size() > 64) {
+    // An event recorded over and over: fold what has become known meanwhile.
+    std::erase_if(untimed_, [this](const Ref<Work>& w) {
+      if (!w->timing_known()) return false;
+      fold_times_locked(*w);
+      return true;
+    });
+  }
+}
+
+void EventState::fold_times_locked(const Work& work) {
+  if (!work.has_times()) return;
   if (work.timed()) {
     if (!any_timed_) {
       min_start_ns_ = work.start_ns();
@@ -59,17 +76,31 @@ void EventState::fold_locked(const Work& work) {
       max_end_ns_ = std::max(max_end_ns_, work.end_ns());
     }
   }
-  if (work.end_ns() != 0) {
-    completion_ns_ = any_completion_ ? std::max(completion_ns_, work.end_ns()) : work.end_ns();
-    any_completion_ = true;
+  completion_ns_ = any_completion_ ? std::max(completion_ns_, work.end_ns()) : work.end_ns();
+  any_completion_ = true;
+}
+
+void EventState::resolve_timing() {
+  std::vector<Ref<Work>> waiting;
+  {
+    std::lock_guard lock(mu_);
+    waiting = untimed_;
   }
+  if (waiting.empty()) return;
+  for (const Ref<Work>& w : waiting) w->timeline().await_timing(*w);  // may block: unlocked
+  std::lock_guard lock(mu_);
+  std::erase_if(untimed_, [this](const Ref<Work>& w) {
+    if (!w->timing_known()) return false;
+    fold_times_locked(*w);
+    return true;
+  });
 }
 
 void EventState::refresh_locked(Actions& actions) {
   if (status_.load(std::memory_order_relaxed) != EventStatus::pending) return;
   auto still = std::remove_if(pending_.begin(), pending_.end(), [this](const Ref<Work>& w) {
     if (!w->done()) return false;
-    fold_locked(*w);
+    fold_locked(w);
     return true;
   });
   pending_.erase(still, pending_.end());
@@ -133,7 +164,7 @@ void EventState::record(Ref<Work> work, std::optional<Device> device, Ref<Work> 
     for (Ref<Work>* w : {&also, &work}) {
       if (!*w) continue;
       if ((*w)->done()) {
-        fold_locked(**w);
+        fold_locked(*w);
       } else {
         pending_.push_back(std::move(*w));
       }
@@ -213,6 +244,9 @@ bool EventState::wait_until(const Deadline& deadline) {
                      "): record work on it first, or it would never finish");
   }
   if (expired(deadline)) return false;  // a zero timeout is a poll
+  // Spin on the work itself before registering to be woken: a GPU writes its progress into
+  // memory this thread can read, and nobody else need be involved.
+  if (spin_until([&] { return poll() || finishes() != finished_before; }, deadline)) return true;
   if (running_work()) {
     std::lock_guard lock(mu_);
     for (const Ref<Work>& w : pending_) check_not_waiting_on_self(w->timeline(), w->seq());
@@ -239,6 +273,7 @@ bool EventState::wait_until(const Deadline& deadline) {
 
 void EventState::clear_locked() {
   pending_.clear();
+  untimed_.clear();
   min_start_ns_ = max_end_ns_ = completion_ns_ = 0;
   any_timed_ = any_completion_ = false;
   error_ = nullptr;
@@ -318,6 +353,7 @@ std::optional<Device> EventState::device() {
 
 double EventState::time_elapsed_us() {
   poll();
+  resolve_timing();
   std::lock_guard lock(mu_);
   if (!timing_) throw StateError("time_elapsed: " + str_locked() + " was created with timing disabled");
   if (!finished_locked()) {
@@ -330,6 +366,7 @@ double EventState::time_elapsed_us() {
 
 std::int64_t EventState::completion_ns() {
   poll();
+  resolve_timing();
   std::lock_guard lock(mu_);
   if (!timing_) throw StateError("elapsed_time: " + str_locked() + " was created with timing disabled");
   if (!finished_locked()) {
@@ -561,6 +598,10 @@ std::optional<std::size_t> wait_any(std::span<const Event> events,
   };
   if (auto i = first_finished_since()) return i;
   if (detail::expired(deadline)) return std::nullopt;
+  std::optional<std::size_t> spun;
+  if (detail::spin_until([&] { return (spun = first_finished_since()).has_value(); }, deadline)) {
+    return spun;
+  }
   const auto& parker = detail::this_thread_parker();
   std::size_t registered = 0;
   auto unregister = [&] {

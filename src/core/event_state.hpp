@@ -97,7 +97,10 @@ class EventState : public std::enable_shared_from_this<EventState> {
     std::mutex mu;  // serializes set / fail / reset / abandon
   };
 
-  void fold_locked(const Work& work);
+  void fold_locked(const Ref<Work>& work);
+  void fold_times_locked(const Work& work);
+  // Waits for the device times not known yet (GPU work), and folds them in.
+  void resolve_timing();
   // Nothing pending: FINISHED or FAILED; hands the callbacks and waiters to `actions`.
   void finish_locked(Actions& actions);
   std::string str_locked() const;
@@ -114,6 +117,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
   std::atomic<EventStatus> status_{EventStatus::empty};
   std::atomic<std::uint64_t> finishes_{0};
   std::vector<Ref<Work>> pending_;
+  // Finished work whose device time is not known yet (GPU work: it arrives later).
+  std::vector<Ref<Work>> untimed_;
   // Summary of finished tied work since the last reset.
   std::int64_t min_start_ns_ = 0;
   std::int64_t max_end_ns_ = 0;

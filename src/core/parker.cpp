@@ -15,9 +15,6 @@ namespace eventide::detail {
 
 namespace {
 
-// The part of the spin that only pauses; the rest yields.
-constexpr std::chrono::nanoseconds kPauseSpin = std::chrono::microseconds(4);
-
 long futex(std::atomic<std::uint32_t>& word, int op, std::uint32_t value,
            const timespec* timeout) noexcept {
   static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
@@ -65,35 +62,13 @@ void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept {
   futex(word, FUTEX_WAKE_BITSET | FUTEX_PRIVATE_FLAG, 1, nullptr);
 }
 
+void yield_cpu() noexcept { sched_yield(); }
+
 void Parker::park(const Deadline& deadline) noexcept {
-  if (state_.load(std::memory_order_relaxed) == kNotified) {
+  // Spin first: a notification that comes within the spin costs no sleep and no wake-up.
+  if (spin_until([this] { return state_.load(std::memory_order_relaxed) == kNotified; }, deadline)) {
     state_.exchange(kEmpty, std::memory_order_acquire);
     return;
-  }
-  // Spin in two steps: a few microseconds on the pause instruction (the hand-off between two
-  // busy threads on two cores), then yielding the CPU (so that a waker sharing this core gets
-  // to run: a pause-only spin would hold the very core the waker needs for the whole spin).
-  const auto spin = spin_duration();
-  if (spin.count() > 0) {
-    const auto start = Clock::now();
-    auto spin_end = start + spin;
-    if (deadline && *deadline < spin_end) spin_end = *deadline;
-    const auto pause_end = start + std::min<std::chrono::nanoseconds>(spin, kPauseSpin);
-    for (unsigned i = 1;; ++i) {
-      if (state_.load(std::memory_order_relaxed) == kNotified) {
-        state_.exchange(kEmpty, std::memory_order_acquire);
-        return;
-      }
-      if ((i & 15) == 0) {
-        const auto now = Clock::now();
-        if (now >= spin_end) break;
-        if (now >= pause_end) {
-          sched_yield();
-          continue;
-        }
-      }
-      cpu_relax();
-    }
   }
   std::uint32_t expected = kEmpty;
   if (!state_.compare_exchange_strong(expected, kParked, std::memory_order_acquire)) {

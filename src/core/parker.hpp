@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <algorithm>
 #include <optional>
 
 #include "core/ref.hpp"
@@ -51,6 +52,12 @@ class Parker final : public RefCounted {
   std::atomic<std::uint32_t> state_{kEmpty};
 };
 
+// Spins until `ready()` (true) or the spin duration or deadline is over (false): on the pause
+// instruction for the first microseconds, then yielding the CPU, so that a thread that
+// would finish the work on this same core gets to run. `ready` is called every few spins.
+template <class Ready>
+bool spin_until(Ready&& ready, const Deadline& deadline);
+
 // The calling thread's parker, kept alive by references that listeners hold, so a listener
 // that fires after its waiter gave up only makes one spurious wake-up.
 const Ref<Parker>& this_thread_parker();
@@ -71,6 +78,31 @@ inline void cpu_relax() noexcept {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+inline constexpr std::chrono::nanoseconds kPauseSpin = std::chrono::microseconds(4);
+void yield_cpu() noexcept;
+
+template <class Ready>
+bool spin_until(Ready&& ready, const Deadline& deadline) {
+  const auto spin = spin_duration();
+  if (spin.count() <= 0) return ready();
+  const auto start = Clock::now();
+  auto spin_end = start + spin;
+  if (deadline && *deadline < spin_end) spin_end = *deadline;
+  const auto pause_end = start + std::min<std::chrono::nanoseconds>(spin, kPauseSpin);
+  for (unsigned i = 1;; ++i) {
+    if (ready()) return true;
+    if ((i & 15) == 0) {
+      const auto now = Clock::now();
+      if (now >= spin_end) return false;
+      if (now >= pause_end) {
+        yield_cpu();
+        continue;
+      }
+    }
+    cpu_relax();
+  }
 }
 
 }  // namespace eventide::detail

@@ -206,8 +206,10 @@ void synchronize() {
 }
 
 void synchronize(Device device) {
-  for (auto& s : detail::Runtime::get().context(device).live_streams()) {
-    s->synchronize_until(std::nullopt);
+  auto streams = detail::Runtime::get().context(device).live_streams();
+  for (auto& s : streams) s->synchronize_until(std::nullopt);
+  for (auto& s : streams) {
+    if (auto e = s->device_error()) std::rethrow_exception(e);
   }
 }
 

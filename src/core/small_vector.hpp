@@ -17,6 +17,20 @@ class SmallVector {
   SmallVector() noexcept = default;
   SmallVector(const SmallVector&) = delete;
   SmallVector& operator=(const SmallVector&) = delete;
+  // Takes the elements (or the heap block) of `other`, which is left empty.
+  SmallVector(SmallVector&& other) noexcept {
+    if (other.data_ != other.inline_data()) {
+      data_ = std::exchange(other.data_, other.inline_data());
+      size_ = std::exchange(other.size_, 0);
+      capacity_ = std::exchange(other.capacity_, N);
+      return;
+    }
+    for (std::size_t i = 0; i < other.size_; ++i) {
+      ::new (static_cast<void*>(data_ + i)) T(std::move(other.data_[i]));
+    }
+    size_ = other.size_;
+    other.release();
+  }
   ~SmallVector() { release(); }
 
   T* begin() noexcept { return data_; }

@@ -25,14 +25,16 @@ class UnparkListener final : public Listener {
   Ref<Parker> parker_;
 };
 
+}  // namespace
+
 std::string stream_name(Device device, std::uint64_t id) {
   return device.str() + " stream " + std::to_string(id);
 }
 
-}  // namespace
-
-StreamState::StreamState(Device device, std::uint64_t id)
-    : device_(device), id_(id), timeline_(make_ref<Timeline>(stream_name(device, id))) {}
+StreamState::StreamState(Device device, std::uint64_t id, Ref<Timeline> timeline)
+    : device_(device),
+      id_(id),
+      timeline_(timeline ? std::move(timeline) : make_ref<Timeline>(stream_name(device, id))) {}
 
 StreamState::~StreamState() = default;
 
@@ -134,6 +136,7 @@ std::exception_ptr StreamState::error() const {
 bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline) {
   if (timeline.passed(seq)) return true;
   check_not_waiting_on_self(timeline, seq);
+  if (spin_until([&] { return timeline.passed(seq); }, deadline)) return true;
   const Ref<Parker>& parker = this_thread_parker();
   timeline.listen(seq, std::make_unique<UnparkListener>(parker));
   while (!timeline.passed(seq)) {
@@ -211,7 +214,10 @@ Event Stream::record_event(EventOptions options) const {
 }
 
 bool Stream::query() const { return state_->query(); }
-void Stream::synchronize() const { state_->synchronize_until(std::nullopt); }
+void Stream::synchronize() const {
+  state_->synchronize_until(std::nullopt);
+  if (auto e = state_->device_error()) std::rethrow_exception(e);
+}
 std::exception_ptr Stream::error() const { return state_->error(); }
 
 Event Stream::enqueue_impl(std::string name, detail::Callback fn, std::vector<Tensor> reads,

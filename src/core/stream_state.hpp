@@ -37,7 +37,8 @@ class TensorState;
 
 class StreamState : public std::enable_shared_from_this<StreamState> {
  public:
-  StreamState(Device device, std::uint64_t id);
+  // `timeline` is the backend's (a GPU-written one); null: a timeline the host advances.
+  StreamState(Device device, std::uint64_t id, Ref<Timeline> timeline = nullptr);
   virtual ~StreamState();
   StreamState(const StreamState&) = delete;
   StreamState& operator=(const StreamState&) = delete;
@@ -73,6 +74,8 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   bool synchronize_until(const Deadline& deadline) const;
   // The error of a failed wait (the stream is broken), else null.
   std::exception_ptr error() const;
+  // A failure of the whole device (a GPU's sticky error), else null: synchronize raises it.
+  virtual std::exception_ptr device_error() const { return nullptr; }
 
  protected:
   // Takes `work` (sequence number, deps and body set; or an error already set, then it must
@@ -92,6 +95,9 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   Ref<Work> last_op_;  // the last timed Work (an op, not a wait)
   Ref<Work> gate_;
 };
+
+// "cpu stream 3".
+std::string stream_name(Device device, std::uint64_t id);
 
 // Blocks until `timeline` passes `seq`, or the deadline (false).
 bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline);

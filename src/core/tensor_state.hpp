@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/ref.hpp"
+#include "core/spin_lock.hpp"
 #include "core/work.hpp"
 #include "eventide/device.hpp"
 #include "eventide/dtype.hpp"
@@ -39,19 +40,6 @@ class Storage : public RefCounted {
   void* data_;
   std::size_t bytes_;
   Device device_;
-};
-
-class SpinLock {
- public:
-  void lock() noexcept {
-    while (flag_.exchange(true, std::memory_order_acquire)) {
-      while (flag_.load(std::memory_order_relaxed)) __builtin_ia32_pause();
-    }
-  }
-  void unlock() noexcept { flag_.store(false, std::memory_order_release); }
-
- private:
-  std::atomic<bool> flag_{false};
 };
 
 class TensorState {

@@ -29,6 +29,8 @@
 
 namespace eventide::detail {
 
+class Work;
+
 class Listener {
  public:
   virtual ~Listener() = default;
@@ -57,6 +59,10 @@ class Timeline : public RefCounted {
   // Fires the listeners the counter has passed. For counters advanced outside advance()
   // (a GPU writing pinned memory): the backend's watcher calls it.
   void notify() noexcept;
+
+  // Blocks until the device time of `work` (done, on this timeline) is known. Timelines
+  // whose work knows its time when it finishes (the CPU) have nothing to wait for.
+  virtual void await_timing(Work& work) { (void)work; }
 
   // Whether a listener is registered (the watcher of a GPU timeline watches only those).
   bool has_listeners() const noexcept {

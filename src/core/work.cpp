@@ -1,6 +1,8 @@
 #include "core/work.hpp"
 
 #include <chrono>
+#include <optional>
+#include <mutex>
 
 #include "eventide/errors.hpp"
 #include "core/timeline.hpp"
@@ -9,6 +11,37 @@ namespace eventide::detail {
 
 std::string Work::describe() const {
   return name_ + "#" + std::to_string(seq_) + " on " + timeline_->name();
+}
+
+void Work::merge_times(std::int64_t start_ns, std::int64_t end_ns) noexcept {
+  std::lock_guard lock(exec_mu_);
+  if (!has_times_.load(std::memory_order_relaxed)) {
+    start_ns_.store(start_ns, std::memory_order_relaxed);
+    end_ns_.store(end_ns, std::memory_order_relaxed);
+    has_times_.store(true, std::memory_order_release);
+    return;
+  }
+  if (start_ns < start_ns_.load(std::memory_order_relaxed)) start_ns_.store(start_ns, std::memory_order_relaxed);
+  if (end_ns > end_ns_.load(std::memory_order_relaxed)) end_ns_.store(end_ns, std::memory_order_relaxed);
+}
+
+void Work::decide_error() const noexcept {
+  std::lock_guard lock(exec_mu_);
+  if (!deferred_.load(std::memory_order_relaxed)) return;  // decided by another thread
+  if (!error_) error_ = first_dependency_error(*this);
+  deferred_.store(false, std::memory_order_release);
+}
+
+void Work::release_execution_state() noexcept {
+  if (deferred_.load(std::memory_order_acquire)) decide_error();
+  std::optional<Deps> deps;  // moved out without allocating
+  Callback body;
+  {
+    std::lock_guard lock(exec_mu_);
+    deps.emplace(std::move(deps_));
+    body = std::move(body_);
+  }
+  // Destroyed here, outside the lock: they may free memory.
 }
 
 std::string describe_error(const std::exception_ptr& error) {

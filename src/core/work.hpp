@@ -10,12 +10,14 @@
 // ops hold the Works they depend on (`deps`), so a Work lives as long as any of those.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "core/ref.hpp"
+#include "core/spin_lock.hpp"
 #include "core/small_vector.hpp"
 #include "core/timeline.hpp"
 #include "eventide/detail/callback.hpp"
@@ -48,43 +50,67 @@ class Work final : public RefCounted {
   // Whether the work has device time of its own (ops do; waits and host steps do not).
   bool timed() const noexcept { return timed_; }
 
-  // Valid once done().
-  const std::exception_ptr& error() const noexcept { return error_; }
-  std::int64_t start_ns() const noexcept { return start_ns_; }
-  std::int64_t end_ns() const noexcept { return end_ns_; }
+  // Valid once done(). A GPU op whose inputs were still running when it was launched learns
+  // only later whether they failed: its error is then decided on the first read, from its
+  // dependencies (all done by then).
+  const std::exception_ptr& error() const noexcept {
+    if (deferred_.load(std::memory_order_acquire)) decide_error();
+    return error_;
+  }
+
+  // Device time. On the CPU it is known when the work is done; on a GPU it arrives later
+  // (timing_known() false until then: Timeline::await_timing gets it). has_times() is false
+  // for work that ran nothing timed.
+  bool timing_known() const noexcept { return timing_known_.load(std::memory_order_acquire); }
+  bool has_times() const noexcept { return has_times_.load(std::memory_order_acquire); }
+  std::int64_t start_ns() const noexcept { return start_ns_.load(std::memory_order_relaxed); }
+  std::int64_t end_ns() const noexcept { return end_ns_.load(std::memory_order_relaxed); }
 
   // "matmul#3 on cpu stream 1".
   std::string describe() const;
   const std::string& name() const noexcept { return name_; }
 
-  // --- For the stream that owns it, before the work is finished. ---
+  // --- For the backend that runs it. ---
   void set_seq(std::uint64_t seq) noexcept { seq_ = seq; }
   void set_error(std::exception_ptr e) noexcept { error_ = std::move(e); }
+  // The error is decided later (see error()); keeps the deps until then.
+  void decide_error_later() noexcept { deferred_.store(true, std::memory_order_release); }
+  // Final times, known when the work finishes (CPU, host work).
   void set_times(std::int64_t start_ns, std::int64_t end_ns) noexcept {
-    start_ns_ = start_ns;
-    end_ns_ = end_ns;
+    start_ns_.store(start_ns, std::memory_order_relaxed);
+    end_ns_.store(end_ns, std::memory_order_relaxed);
+    has_times_.store(true, std::memory_order_relaxed);
+    timing_known_.store(true, std::memory_order_release);
   }
+  // Times arriving piece by piece (one per kernel of a GPU op): the earliest start and the
+  // latest end are kept. finish_timing() makes them final.
+  void merge_times(std::int64_t start_ns, std::int64_t end_ns) noexcept;
+  void finish_timing() noexcept { timing_known_.store(true, std::memory_order_release); }
+
   using Deps = SmallVector<Dep, 3>;
   Deps& deps() noexcept { return deps_; }
   const Deps& deps() const noexcept { return deps_; }
   Callback& body() noexcept { return body_; }
   // Drops the body and deps once the work has run: they hold memory (tensor storage) that
-  // the op no longer needs.
-  void release_execution_state() noexcept {
-    body_ = Callback();
-    deps_.clear();
-  }
+  // the op no longer needs. Decides a deferred error first, while the deps are there.
+  void release_execution_state() noexcept;
   // Intrusive link for a backend's queue.
   Work* next = nullptr;
 
  private:
+  void decide_error() const noexcept;
+
   Ref<Timeline> timeline_;
   std::uint64_t seq_ = 0;
   std::string name_;
   bool timed_;
-  std::exception_ptr error_;
-  std::int64_t start_ns_ = 0;
-  std::int64_t end_ns_ = 0;
+  mutable std::exception_ptr error_;
+  mutable std::atomic<bool> deferred_{false};
+  mutable SpinLock exec_mu_;  // deferred error vs. release of the deps
+  std::atomic<bool> timing_known_{false};
+  std::atomic<bool> has_times_{false};
+  std::atomic<std::int64_t> start_ns_{0};
+  std::atomic<std::int64_t> end_ns_{0};
   Deps deps_;
   Callback body_;
 };

@@ -1,0 +1,69 @@
+#include "backends/cuda/cuda_api.hpp"
+
+#include <cstdio>
+#include <mutex>
+
+#include "eventide/errors.hpp"
+
+namespace eventide::backends::cuda {
+
+std::string describe(cudaError_t status) {
+  return std::string(cudaGetErrorString(status)) + " (" + cudaGetErrorName(status) + " = " +
+         std::to_string(static_cast<int>(status)) + ")";
+}
+
+void check(cudaError_t status, const char* call, const std::string& what) {
+  if (status == cudaSuccess) return;
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky: clear it so later calls do not report it again
+    throw DeviceError(std::string("out of memory: ") + call + " failed " + what + ": " +
+                          describe(status),
+                      call, status);
+  }
+  throw DeviceError(std::string(call) + " failed " + what + ": " + describe(status), call, status);
+}
+
+void check_driver(CUresult status, const char* call, const std::string& what) {
+  if (status == CUDA_SUCCESS) return;
+  const char* name = "?";
+  const char* text = "?";
+  if (const Driver* d = driver()) {
+    d->get_error_name(status, &name);
+    d->get_error_string(status, &text);
+  }
+  throw DeviceError(std::string(call) + " failed " + what + ": CUresult " +
+                        std::to_string(static_cast<int>(status)) + " (" + name + ": " + text + ")",
+                    call, status);
+}
+
+bool check_nothrow(cudaError_t status, const char* call, const std::string& what) noexcept {
+  if (status == cudaSuccess) return true;
+  std::fprintf(stderr, "eventide: %s failed %s: %s\n", call, what.c_str(), describe(status).c_str());
+  return false;
+}
+
+void use_device(Device device) {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == device.index()) return;
+  check(cudaSetDevice(device.index()), "cudaSetDevice", "for " + device.str());
+}
+
+const Driver* driver() noexcept {
+  static const Driver* d = [] () -> const Driver* {
+    static Driver drv;
+    cudaDriverEntryPointQueryResult found;
+    auto get = [&](const char* name, void** fn) {
+      return cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &found) == cudaSuccess &&
+             found == cudaDriverEntryPointSuccess && *fn != nullptr;
+    };
+    bool ok = get("cuStreamWriteValue64", reinterpret_cast<void**>(&drv.write_value64)) &&
+              get("cuStreamWaitValue64", reinterpret_cast<void**>(&drv.wait_value64)) &&
+              get("cuDeviceGetAttribute", reinterpret_cast<void**>(&drv.device_get_attribute)) &&
+              get("cuGetErrorName", reinterpret_cast<void**>(&drv.get_error_name)) &&
+              get("cuGetErrorString", reinterpret_cast<void**>(&drv.get_error_string));
+    return ok ? &drv : nullptr;
+  }();
+  return d;
+}
+
+}  // namespace eventide::backends::cuda

@@ -1,0 +1,44 @@
+// The CUDA calls the backend makes, checked: every failure becomes a DeviceError naming the
+// call, its status and the objects involved ("cudaMallocAsync failed for 4096 bytes on
+// cuda:0: out of memory (cudaErrorMemoryAllocation = 2)"). Each check has a throwing form
+// for the call paths and a logging form for destructors and threads, which must not throw.
+//
+// The driver calls (stream memory operations) are fetched through the runtime's entry-point
+// query, so that nothing links libcuda: a machine without a GPU driver (CI) loads eventide
+// and finds no CUDA device.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "eventide/device.hpp"
+
+namespace eventide::backends::cuda {
+
+// "out of memory (cudaErrorMemoryAllocation = 2)".
+std::string describe(cudaError_t status);
+
+// Throws DeviceError("<call> failed <what>: <status>") unless status is cudaSuccess.
+void check(cudaError_t status, const char* call, const std::string& what);
+void check_driver(CUresult status, const char* call, const std::string& what);
+// Logs instead (stderr) and returns whether the call succeeded.
+bool check_nothrow(cudaError_t status, const char* call, const std::string& what) noexcept;
+
+// Makes `device` current on the calling thread (the CUDA runtime's current device is per
+// thread; every entry point of the backend starts with this).
+void use_device(Device device);
+
+// Driver entry points, resolved once.
+struct Driver {
+  CUresult (*write_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int) = nullptr;
+  CUresult (*wait_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int) = nullptr;
+  CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
+  CUresult (*get_error_name)(CUresult, const char**) = nullptr;
+  CUresult (*get_error_string)(CUresult, const char**) = nullptr;
+};
+// Null when the driver lacks them.
+const Driver* driver() noexcept;
+
+}  // namespace eventide::backends::cuda

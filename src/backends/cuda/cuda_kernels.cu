@@ -1,0 +1,227 @@
+#include "backends/cuda/cuda_kernels.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "backends/cuda/cuda_api.hpp"
+#include "eventide/errors.hpp"
+#include "ops/philox.hpp"
+
+namespace eventide::backends::cuda::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Enough blocks to fill the GPU, not one per element: the kernels stride over the rest.
+int blocks_for(std::int64_t n) {
+  static const int max_blocks = [] {
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    return (sms > 0 ? sms : 80) * 8;
+  }();
+  std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(b < 1 ? 1 : (b > max_blocks ? max_blocks : b));
+}
+
+void check_launch(const char* kernel) {
+  check(cudaGetLastError(), "cudaLaunchKernel", std::string("(") + kernel + ")");
+}
+
+template <class T>
+__device__ T from_float(float v);
+template <> __device__ float from_float<float>(float v) { return v; }
+template <> __device__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <class T>
+__device__ float to_float(T v);
+template <> __device__ float to_float<__half>(__half v) { return __half2float(v); }
+template <> __device__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T>
+__global__ void fill_kernel(T* out, std::int64_t n, T value) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    out[i] = value;
+  }
+}
+
+// Integers wrap around (as on the CPU) through unsigned arithmetic; half types compute in f32.
+template <class T>
+__device__ T apply(bool add, T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(add ? static_cast<U>(a) + static_cast<U>(b)
+                              : static_cast<U>(a) * static_cast<U>(b));
+  } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return add ? a + b : a * b;
+  } else {
+    float x = to_float(a), y = to_float(b);
+    return from_float<T>(add ? x + y : x * y);
+  }
+}
+
+template <class T>
+__global__ void binary_kernel(bool add, const T* a, const T* b, T* out, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    out[i] = apply(add, a[i], b[i]);
+  }
+}
+
+namespace px = ops::philox;
+
+// Uniform f32-layout numbers (and their f16/bf16 roundings): element i is lane i % 4 of
+// block offset + i / 4.
+template <class T>
+__global__ void uniform32_kernel(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    std::uint32_t r[4];
+    px::generate(seed, offset + static_cast<std::uint64_t>(i / 4), r);
+    out[i] = from_float<T>(px::unit_f32(r[i % 4]));
+  }
+}
+
+__global__ void uniform64_kernel(double* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    std::uint32_t r[4];
+    px::generate(seed, offset + static_cast<std::uint64_t>(i / 2), r);
+    int j = static_cast<int>(i % 2);
+    out[i] = px::unit_f64(r[2 * j], r[2 * j + 1]);
+  }
+}
+
+// Box-Muller: the pair (2j, 2j+1) from block offset + j.
+template <class T>
+__global__ void normal32_kernel(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
+  const std::int64_t pairs = (n + 1) / 2;
+  for (std::int64_t j = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; j < pairs;
+       j += std::int64_t{gridDim.x} * blockDim.x) {
+    std::uint32_t r[4];
+    px::generate(seed, offset + static_cast<std::uint64_t>(j), r);
+    float u1 = px::open_f32(r[0]), u2 = px::unit_f32(r[1]);
+    float radius = sqrtf(-2.0f * logf(u1));
+    float angle = 6.283185307179586f * u2;
+    out[2 * j] = from_float<T>(radius * cosf(angle));
+    if (2 * j + 1 < n) out[2 * j + 1] = from_float<T>(radius * sinf(angle));
+  }
+}
+
+__global__ void normal64_kernel(double* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
+  const std::int64_t pairs = (n + 1) / 2;
+  for (std::int64_t j = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; j < pairs;
+       j += std::int64_t{gridDim.x} * blockDim.x) {
+    std::uint32_t r[4];
+    px::generate(seed, offset + static_cast<std::uint64_t>(j), r);
+    double u1 = px::open_f64(r[0], r[1]), u2 = px::unit_f64(r[2], r[3]);
+    double radius = sqrt(-2.0 * log(u1));
+    double angle = 6.283185307179586 * u2;
+    out[2 * j] = radius * cos(angle);
+    if (2 * j + 1 < n) out[2 * j + 1] = radius * sin(angle);
+  }
+}
+
+__device__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void spin_kernel(long long ns, unsigned long long* stamps) {
+  unsigned long long start = globaltimer(), now = start;
+  while (static_cast<long long>(now - start) < ns) now = globaltimer();
+  stamps[0] = start;
+  stamps[1] = globaltimer();
+}
+
+__global__ void trap_kernel() { __trap(); }
+
+template <class F>
+void by_dtype(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::i32: return f(std::int32_t{});
+    case DType::i64: return f(std::int64_t{});
+    case DType::f16: return f(__half{});
+    case DType::bf16: return f(__nv_bfloat16{});
+  }
+  throw InvalidArgument(std::string(op) + ": unknown dtype");
+}
+
+}  // namespace
+
+void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t stream) {
+  if (n == 0) return;
+  by_dtype(dtype, "fill", [&](auto zero) {
+    using T = decltype(zero);
+    T v;
+    if constexpr (std::is_same_v<T, __half>) {
+      v = __float2half_rn(static_cast<float>(value));
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      v = __float2bfloat16_rn(static_cast<float>(value));
+    } else {
+      v = static_cast<T>(value);
+    }
+    fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(out), n, v);
+  });
+  check_launch("fill");
+}
+
+void binary(ops::BinaryOp op, const void* a, const void* b, void* out, std::int64_t n, DType dtype,
+            cudaStream_t stream) {
+  if (n == 0) return;
+  const bool add = op == ops::BinaryOp::add;
+  by_dtype(dtype, ops::name(op), [&](auto zero) {
+    using T = decltype(zero);
+    binary_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        add, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n);
+  });
+  check_launch(ops::name(op));
+}
+
+void random(void* out, std::int64_t n, DType dtype, bool normal, std::uint64_t seed,
+            std::uint64_t offset, cudaStream_t stream) {
+  if (n == 0) return;
+  const std::int64_t threads_needed = normal ? (n + 1) / 2 : n;
+  const int blocks = blocks_for(threads_needed);
+  switch (dtype) {
+    case DType::f32:
+      normal ? normal32_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), n, seed, offset)
+             : uniform32_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), n, seed, offset);
+      break;
+    case DType::f16:
+      normal ? normal32_kernel<__half><<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(out), n, seed, offset)
+             : uniform32_kernel<__half><<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(out), n, seed, offset);
+      break;
+    case DType::bf16:
+      normal ? normal32_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out), n, seed, offset)
+             : uniform32_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out), n, seed, offset);
+      break;
+    case DType::f64:
+      normal ? normal64_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(out), n, seed, offset)
+             : uniform64_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(out), n, seed, offset);
+      break;
+    default:
+      throw InvalidArgument(std::string(normal ? "randn" : "rand") + ": needs a floating dtype");
+  }
+  check_launch(normal ? "randn" : "rand");
+}
+
+void spin(std::int64_t ns, unsigned long long* stamps, cudaStream_t stream) {
+  spin_kernel<<<1, 1, 0, stream>>>(static_cast<long long>(ns), stamps);
+  check_launch("spin");
+}
+
+void trap(cudaStream_t stream) {
+  trap_kernel<<<1, 1, 0, stream>>>();
+  check_launch("trap");
+}
+
+}  // namespace eventide::backends::cuda::kernels

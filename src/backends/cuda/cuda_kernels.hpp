@@ -1,0 +1,28 @@
+// The CUDA kernels of the ops that are not library calls, launched on a stream. Plain C++
+// declarations: callers need no CUDA compiler. Each throws DeviceError if the launch fails.
+// Built for sm_90 with PTX for other GPUs (src/CMakeLists.txt).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "eventide/dtype.hpp"
+#include "ops/kernels.hpp"
+
+namespace eventide::backends::cuda::kernels {
+
+void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t stream);
+void binary(ops::BinaryOp op, const void* a, const void* b, void* out, std::int64_t n,
+            DType dtype, cudaStream_t stream);
+// Philox numbers laid out as on the CPU (ops/philox.hpp); f16 and bf16 are drawn as f32.
+void random(void* out, std::int64_t n, DType dtype, bool normal, std::uint64_t seed,
+            std::uint64_t offset, cudaStream_t stream);
+
+// Test-only kernels (tests/cpp/cuda_test.cpp): a kernel that spins `ns` nanoseconds by the
+// GPU's clock and writes its own start and end (%globaltimer) to stamps[0..1]; a kernel that
+// traps, leaving the context with a sticky error.
+void spin(std::int64_t ns, unsigned long long* stamps, cudaStream_t stream);
+void trap(cudaStream_t stream);
+
+}  // namespace eventide::backends::cuda::kernels

@@ -1,0 +1,442 @@
+#include "backends/cuda/cuda_stream.hpp"
+
+#include <pthread.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/cuda/cuda_api.hpp"
+#include "backends/cuda/cuda_timing.hpp"
+#include "eventide/errors.hpp"
+
+namespace eventide::backends::cuda {
+
+using detail::Dep;
+using detail::DepKind;
+using detail::Ref;
+
+namespace {
+
+std::atomic<std::uint64_t>* as_counter(const PinnedWord& w) {
+  // A pinned word the GPU writes with cuStreamWriteValue64 and the host reads: a lock-free
+  // 64-bit atomic has the word's layout.
+  static_assert(sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));
+  return reinterpret_cast<std::atomic<std::uint64_t>*>(w.host);
+}
+
+class MirrorListener final : public detail::Listener {
+ public:
+  explicit MirrorListener(Ref<Mirror> m) : mirror_(std::move(m)) {}
+  void fire() noexcept override { as_counter(mirror_->word)->store(1, std::memory_order_release); }
+
+ private:
+  Ref<Mirror> mirror_;
+};
+
+// Fallback mode: a host function that holds its stream until host-side work has finished.
+struct HostWait {
+  Ref<Work> work;
+  static void CUDART_CB run(void* p) {
+    auto* self = static_cast<HostWait*>(p);
+    detail::wait_for_fence(self->work->timeline(), self->work->seq(), std::nullopt);
+    delete self;
+  }
+};
+
+bool memops_disabled_by_env() {
+  const char* env = std::getenv("EVENTIDE_CUDA_MEMOPS");
+  return env && std::strcmp(env, "0") == 0;
+}
+
+// Watcher pacing: spin while progress comes; after this long without any, sleep, starting
+// at the first sleep and doubling up to the last.
+constexpr auto kSpinWithoutProgress = std::chrono::microseconds(200);
+constexpr auto kFirstSleep = std::chrono::microseconds(20);
+constexpr auto kLongestSleep = std::chrono::milliseconds(2);
+// How long work may sit in flight without progress before the device's health is checked.
+constexpr auto kHealthCheckAfter = std::chrono::milliseconds(20);
+
+}  // namespace
+
+// --- CudaTimeline ------------------------------------------------------------------------
+
+CudaTimeline::CudaTimeline(std::string name, CudaDevice& device, PinnedWord word)
+    : Timeline(std::move(name), as_counter(word)), device_(device), word_(word) {}
+
+CudaTimeline::~CudaTimeline() { release_word(word_); }
+
+void CudaTimeline::listener_added() noexcept { device_.wake(); }
+
+void CudaTimeline::await_timing(Work& work) { Timing::get().await(work); }
+
+// --- CudaStream --------------------------------------------------------------------------
+
+CudaStream::CudaStream(Device device, std::uint64_t id, CudaDevice& owner, cudaStream_t native)
+    : StreamState(device, id,
+                  detail::Ref<detail::Timeline>(new CudaTimeline(detail::stream_name(device, id),
+                                                                 owner, acquire_word()))),
+      owner_(owner),
+      timeline_(static_cast<CudaTimeline&>(timeline())) {
+  if (native) {
+    handle_ = native;
+    owns_handle_ = false;
+    return;
+  }
+  use_device(device);
+  check(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
+        "for " + name());
+}
+
+CudaStream::~CudaStream() {
+  // The watcher holds the stream while work is in flight: nothing is left here. A stream
+  // destroyed with work still queued on the GPU is released once that work completes.
+  if (owns_handle_ && handle_) {
+    int previous = -1;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device().index());
+    check_nothrow(cudaStreamDestroy(handle_), "cudaStreamDestroy", "for " + name());
+    if (previous >= 0) cudaSetDevice(previous);
+  }
+}
+
+std::exception_ptr CudaStream::device_error() const { return owner_.broken(); }
+
+void CudaStream::order_after(const Dep& dep, InFlight& entry, bool& decided_later) {
+  Work& w = *dep.work;
+  if (w.done() || &w.timeline() == &timeline()) return;  // done, or before it on this stream
+  if (dep.kind != DepKind::order) decided_later = true;  // its failure is known only later
+  const Driver* drv = driver();
+  if (auto* other = dynamic_cast<CudaTimeline*>(&w.timeline())) {
+    if (owner_.mem_ops() && other->device().mem_ops()) {
+      check_driver(drv->wait_value64(reinterpret_cast<CUstream>(handle_), other->counter_address(),
+                                     w.seq(), CU_STREAM_WAIT_VALUE_GEQ),
+                   "cuStreamWaitValue64", "(" + name() + " waiting for " + w.describe() + ")");
+    } else if (cudaEvent_t ev = other->device().done_event(w)) {
+      check(cudaStreamWaitEvent(handle_, ev, 0), "cudaStreamWaitEvent",
+            "(" + name() + " waiting for " + w.describe() + ")");
+    }
+    return;
+  }
+  // Host-side work: a UserEvent, a CPU op.
+  if (owner_.mem_ops()) {
+    auto mirror = detail::make_ref<Mirror>();
+    entry.mirrors.push_back(mirror);
+    check_driver(drv->wait_value64(reinterpret_cast<CUstream>(handle_), mirror->word.device, 1,
+                                   CU_STREAM_WAIT_VALUE_GEQ),
+                 "cuStreamWaitValue64", "(" + name() + " waiting for " + w.describe() + ")");
+    // Fires at once if the work finished meanwhile.
+    w.timeline().listen(w.seq(), std::make_unique<MirrorListener>(std::move(mirror)));
+  } else {
+    auto* hold = new HostWait{dep.work};
+    cudaError_t st = cudaLaunchHostFunc(handle_, &HostWait::run, hold);
+    if (st != cudaSuccess) delete hold;
+    check(st, "cudaLaunchHostFunc", "(" + name() + " waiting for " + w.describe() + ")");
+  }
+}
+
+void CudaStream::publish(InFlight& entry) {
+  Work& w = *entry.work;
+  if (owner_.mem_ops()) {
+    // The write is ordered after the op and makes its results visible to the host first.
+    check_driver(driver()->write_value64(reinterpret_cast<CUstream>(handle_),
+                                         timeline_.counter_address(), w.seq(),
+                                         CU_STREAM_WRITE_VALUE_DEFAULT),
+                 "cuStreamWriteValue64", "(progress of " + name() + ")");
+    return;
+  }
+  entry.done = owner_.take_event();
+  check(cudaEventRecord(entry.done, handle_), "cudaEventRecord", "(progress of " + name() + ")");
+  owner_.set_done_event(w, entry.done);
+}
+
+void CudaStream::submit(Ref<Work> work) noexcept {
+  InFlight entry{work, {}, nullptr};
+  bool decided_later = false;
+  auto fail = [&](std::exception_ptr e) {
+    if (!work->error()) work->set_error(std::move(e));
+  };
+  std::exception_ptr lost = owner_.broken();
+  if (lost) fail(lost);
+  if (!lost) {
+    try {
+      use_device(device());
+      for (const Dep& dep : work->deps()) order_after(dep, entry, decided_later);
+      // Failures known now: the op is not launched at all.
+      if (!work->error()) {
+        for (const Dep& dep : work->deps()) {
+          if (dep.kind != DepKind::order && dep.work->done() && dep.work->error()) {
+            fail(detail::dependency_error(*work, dep));
+            break;
+          }
+        }
+      }
+      if (!work->error() && work->body()) {
+        Timing::Scope scope(Timing::get(), *work, handle_);
+        work->body()();
+      }
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    try {
+      publish(entry);
+    } catch (...) {
+      // Without its progress write the timeline cannot move: the device is in trouble.
+      lost = std::current_exception();
+      fail(lost);
+    }
+  }
+  if (decided_later) work->decide_error_later();
+  if (lost) {
+    // Nothing will run on the GPU: finish the work here (after the failed ones before it,
+    // which mark_broken has advanced past).
+    owner_.mark_broken(lost);
+    work->release_execution_state();
+    timeline_.advance(work->seq());
+    return;
+  }
+  bool newly_watched = false;
+  {
+    std::lock_guard lock(inflight_mu_);
+    submitted_ = work->seq();
+    inflight_.push_back(std::move(entry));
+    if (!watched_) watched_ = newly_watched = true;
+  }
+  if (newly_watched) {
+    owner_.watch(std::static_pointer_cast<CudaStream>(shared_from_this()));
+  } else {
+    owner_.wake();
+  }
+}
+
+bool CudaStream::retire() noexcept {
+  const std::uint64_t done = timeline_.completed();
+  std::vector<InFlight> finished;
+  bool more;
+  {
+    std::lock_guard lock(inflight_mu_);
+    if (!owner_.mem_ops()) {
+      // Fallback: the watcher advances the counter as the events complete, in order.
+      std::uint64_t reached = done;
+      for (const InFlight& e : inflight_) {
+        if (e.done && cudaEventQuery(e.done) != cudaSuccess) break;
+        reached = e.work->seq();
+      }
+      if (reached > done) {
+        // Advance below, outside the lock (listeners fire).
+      }
+      while (!inflight_.empty() && inflight_.front().work->seq() <= reached) {
+        finished.push_back(std::move(inflight_.front()));
+        inflight_.pop_front();
+      }
+    } else {
+      while (!inflight_.empty() && inflight_.front().work->seq() <= done) {
+        finished.push_back(std::move(inflight_.front()));
+        inflight_.pop_front();
+      }
+    }
+    more = !inflight_.empty();
+    if (!more) watched_ = false;
+  }
+  if (!owner_.mem_ops() && !finished.empty()) timeline_.advance(finished.back().work->seq());
+  timeline_.notify();
+  for (InFlight& e : finished) {
+    Work& w = *e.work;
+    (void)w.error();  // decides an error left for later while the deps are still there
+    Timing::get().retired(w);
+    if (e.done) {
+      owner_.forget_done_event(w);
+      owner_.give_event(e.done);
+    }
+    w.release_execution_state();  // the op's references to memory go here
+  }
+  return more;
+}
+
+void CudaStream::abandon(const std::exception_ptr& error) noexcept {
+  std::uint64_t last;
+  {
+    std::lock_guard lock(inflight_mu_);
+    for (InFlight& e : inflight_) {
+      if (!e.work->done() && !e.work->error()) e.work->set_error(error);
+    }
+    last = submitted_;
+  }
+  timeline_.advance(last);
+  retire();
+}
+
+// --- CudaDevice --------------------------------------------------------------------------
+
+CudaDevice::CudaDevice(Device device) : device_(device) {
+  check(cudaGetDeviceProperties(&props_, device.index()), "cudaGetDeviceProperties",
+        "for " + device.str());
+  if (const Driver* drv = driver(); drv && !memops_disabled_by_env()) {
+    int supported = 0;
+    mem_ops_ = drv->device_get_attribute(&supported, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+                                         device.index()) == CUDA_SUCCESS &&
+               supported != 0;
+  }
+}
+
+std::exception_ptr CudaDevice::broken() const {
+  std::lock_guard lock(mu_);
+  return broken_;
+}
+
+void CudaDevice::mark_broken(std::exception_ptr error) noexcept {
+  std::vector<std::shared_ptr<CudaStream>> streams;
+  {
+    std::lock_guard lock(mu_);
+    if (!broken_) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const DeviceError& e) {
+        broken_ = std::make_exception_ptr(DeviceError(
+            device_.str() + " has failed and cannot run more work (" + e.what() + ")", e.call(),
+            e.status()));
+      } catch (const std::exception& e) {
+        broken_ = std::make_exception_ptr(
+            DeviceError(device_.str() + " has failed and cannot run more work (" + e.what() + ")"));
+      } catch (...) {
+        broken_ = error;
+      }
+    }
+    streams = watched_;
+    error = broken_;
+  }
+  for (auto& s : streams) s->abandon(error);
+}
+
+void CudaDevice::watch(std::shared_ptr<CudaStream> stream) {
+  {
+    std::lock_guard lock(mu_);
+    watched_.push_back(std::move(stream));
+    if (!thread_.joinable() && !stop_.load()) {
+      thread_ = detail::RuntimeThread([this] { run(); });
+    }
+  }
+  parker_->unpark();
+}
+
+void CudaDevice::stop() noexcept {
+  stop_.store(true);
+  parker_->unpark();
+  detail::RuntimeThread t;
+  {
+    std::lock_guard lock(mu_);
+    t = std::move(thread_);
+  }
+  t.join_for(detail::kExitGrace);
+}
+
+void CudaDevice::check_health() noexcept {
+  std::vector<std::shared_ptr<CudaStream>> streams;
+  {
+    std::lock_guard lock(mu_);
+    streams = watched_;
+  }
+  for (auto& s : streams) {
+    cudaError_t st = s->query_native();
+    if (st != cudaSuccess && st != cudaErrorNotReady) {
+      mark_broken(std::make_exception_ptr(
+          DeviceError("cudaStreamQuery reports " + describe(st) + " on " + s->name(), "cudaStreamQuery", st)));
+      return;
+    }
+  }
+}
+
+void CudaDevice::run() noexcept {
+  pthread_setname_np(pthread_self(), "eventide-cuda");
+  cudaSetDevice(device_.index());
+  using Clock = detail::Clock;
+  auto last_progress = Clock::now();
+  auto sleep = std::chrono::nanoseconds(kFirstSleep);
+  std::vector<std::uint64_t> seen;
+  while (!stop_.load(std::memory_order_acquire)) {
+    std::vector<std::shared_ptr<CudaStream>> streams;
+    {
+      std::lock_guard lock(mu_);
+      streams = watched_;
+    }
+    if (streams.empty()) {
+      parker_->park();
+      last_progress = Clock::now();
+      continue;
+    }
+    bool progress = false;
+    seen.resize(streams.size());
+    for (std::size_t i = 0; i < streams.size(); ++i) {
+      const std::uint64_t before = streams[i]->timeline().completed();
+      bool more = streams[i]->retire();
+      if (streams[i]->timeline().completed() != before || !more) progress = true;
+      if (!more) {
+        std::lock_guard lock(mu_);
+        // retire() cleared the stream's flag under its own lock: a submit after that has
+        // pushed it again, so one copy is dropped here.
+        for (auto it = watched_.begin(); it != watched_.end(); ++it) {
+          if (*it == streams[i]) {
+            watched_.erase(it);
+            break;
+          }
+        }
+      }
+    }
+    Timing::get().maintain();
+    const auto now = Clock::now();
+    if (progress) {
+      last_progress = now;
+      sleep = kFirstSleep;
+      continue;
+    }
+    if (now - last_progress > kHealthCheckAfter) check_health();
+    if (now - last_progress < kSpinWithoutProgress) {
+      detail::cpu_relax();
+      continue;
+    }
+    parker_->park(now + sleep);
+    sleep = std::min<std::chrono::nanoseconds>(sleep * 2, kLongestSleep);
+  }
+}
+
+cudaEvent_t CudaDevice::done_event(const Work& work) {
+  std::lock_guard lock(mu_);
+  auto it = done_events_.find(&work);
+  return it == done_events_.end() ? nullptr : it->second;
+}
+
+void CudaDevice::set_done_event(const Work& work, cudaEvent_t event) {
+  std::lock_guard lock(mu_);
+  done_events_[&work] = event;
+}
+
+void CudaDevice::forget_done_event(const Work& work) {
+  std::lock_guard lock(mu_);
+  done_events_.erase(&work);
+}
+
+cudaEvent_t CudaDevice::take_event() {
+  {
+    std::lock_guard lock(mu_);
+    if (!spare_events_.empty()) {
+      cudaEvent_t e = spare_events_.back();
+      spare_events_.pop_back();
+      return e;
+    }
+  }
+  cudaEvent_t e;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags",
+        "on " + device_.str());
+  return e;
+}
+
+void CudaDevice::give_event(cudaEvent_t event) noexcept {
+  std::lock_guard lock(mu_);
+  try {
+    spare_events_.push_back(event);
+  } catch (...) {
+    cudaEventDestroy(event);
+  }
+}
+
+}  // namespace eventide::backends::cuda

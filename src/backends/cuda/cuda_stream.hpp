@@ -1,0 +1,161 @@
+// CUDA streams, their GPU-written timelines, and the watcher that turns GPU progress into
+// host-side completions.
+//
+// Timelines on the GPU: every op enqueued on a CudaStream is followed by a stream memory
+// operation (cuStreamWriteValue64) that writes the op's sequence number into the stream's
+// counter, a word of pinned host memory. poll() and the waiters read it with a plain load;
+// nothing asks the driver. Ordering is done on the GPU too: an op that depends on another
+// stream's work makes its stream wait (cuStreamWaitValue64) on that stream's counter; one
+// that depends on host-side work (a UserEvent, a CPU op) waits on a *mirror* word, set by a
+// listener when that work finishes. The host is never in the loop of device work.
+//
+// The watcher (one thread per device) looks after what is in flight: it fires the listeners
+// of timelines that have passed their fences (callbacks, waiters that sleep, CPU work waiting
+// on GPU work), retires finished Works (decides their errors, releases the memory they held,
+// hands their timing to CUPTI), and checks the device's health when nothing moves: a sticky
+// error (a kernel that trapped) fails everything in flight, so that nothing waits forever.
+// It spins while progress comes, then backs off to sleeping.
+//
+// Devices without stream memory operations (device attribute, or EVENTIDE_CUDA_MEMOPS=0)
+// fall back to CUDA events: each op records an event, the watcher queries them in order and
+// advances the counter itself, streams wait on each other's events (cudaStreamWaitEvent), and
+// a wait on host-side work holds the stream with a host function: slower, and the only place
+// where eventide uses cudaLaunchHostFunc.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cuda/cuda_memory.hpp"
+#include "core/parker.hpp"
+#include "core/runtime_thread.hpp"
+#include "core/stream_state.hpp"
+#include "core/timeline.hpp"
+
+namespace eventide::backends::cuda {
+
+using detail::Work;
+
+class CudaDevice;
+class CudaStream;
+
+class CudaTimeline final : public detail::Timeline {
+ public:
+  CudaTimeline(std::string name, CudaDevice& device, PinnedWord word);
+  ~CudaTimeline() override;
+
+  CUdeviceptr counter_address() const noexcept { return word_.device; }
+  CudaDevice& device() const noexcept { return device_; }
+  void await_timing(Work& work) override;
+
+ protected:
+  void listener_added() noexcept override;
+
+ private:
+  CudaDevice& device_;
+  PinnedWord word_;
+};
+
+// A word the GPU waits on, set when host-side work finishes.
+struct Mirror final : detail::RefCounted {
+  PinnedWord word = acquire_word();
+  ~Mirror() override { release_word(word); }
+};
+
+class CudaStream final : public detail::StreamState {
+ public:
+  // A new stream; or, with `native`, one that wraps a stream someone else owns (not
+  // destroyed here).
+  CudaStream(Device device, std::uint64_t id, CudaDevice& owner, cudaStream_t native = nullptr);
+  ~CudaStream() override;
+
+  cudaStream_t handle() const noexcept { return handle_; }
+  CudaDevice& owner() const noexcept { return owner_; }
+  std::exception_ptr device_error() const override;
+
+  // For the watcher: retires what has finished; true if work is still in flight.
+  bool retire() noexcept;
+  // Fails everything in flight with `error` and advances the timeline past it (device lost).
+  void abandon(const std::exception_ptr& error) noexcept;
+  // cudaStreamQuery: a sticky error shows here first.
+  cudaError_t query_native() const noexcept { return cudaStreamQuery(handle_); }
+
+ protected:
+  void submit(detail::Ref<Work> work) noexcept override;
+
+ private:
+  struct InFlight {
+    detail::Ref<Work> work;
+    std::vector<detail::Ref<Mirror>> mirrors;  // words the GPU waits on for this op
+    cudaEvent_t done = nullptr;                // fallback mode: recorded after the op
+  };
+
+  void order_after(const detail::Dep& dep, InFlight& entry, bool& decided_later);
+  void publish(InFlight& entry);
+
+  CudaDevice& owner_;
+  cudaStream_t handle_ = nullptr;
+  bool owns_handle_ = true;
+  CudaTimeline& timeline_;
+
+  std::mutex inflight_mu_;
+  std::deque<InFlight> inflight_;
+  bool watched_ = false;  // the watcher has this stream on its list
+  std::uint64_t submitted_ = 0;
+};
+
+// Per-device state shared by its streams.
+class CudaDevice {
+ public:
+  explicit CudaDevice(Device device);
+
+  Device device() const noexcept { return device_; }
+  const cudaDeviceProp& props() const noexcept { return props_; }
+  bool mem_ops() const noexcept { return mem_ops_; }
+
+  // The device's sticky error once it has failed, else null.
+  std::exception_ptr broken() const;
+  // Records a failure of the device (sticky error) and abandons all work in flight.
+  void mark_broken(std::exception_ptr error) noexcept;
+
+  // Watcher interface.
+  void watch(std::shared_ptr<CudaStream> stream);
+  void wake() noexcept { parker_->unpark(); }
+  void stop() noexcept;
+
+  // Fallback mode: the event recorded after `work`, if it is still in flight.
+  cudaEvent_t done_event(const Work& work);
+  void set_done_event(const Work& work, cudaEvent_t event);
+  void forget_done_event(const Work& work);
+  cudaEvent_t take_event();
+  void give_event(cudaEvent_t event) noexcept;
+
+ private:
+  void run() noexcept;
+  void check_health() noexcept;
+
+  const Device device_;
+  cudaDeviceProp props_{};
+  bool mem_ops_ = false;
+
+  mutable std::mutex mu_;
+  std::exception_ptr broken_;
+  std::vector<std::shared_ptr<CudaStream>> watched_;
+  std::unordered_map<const Work*, cudaEvent_t> done_events_;
+  std::vector<cudaEvent_t> spare_events_;
+
+  detail::Ref<detail::Parker> parker_ = detail::make_ref<detail::Parker>();
+  std::atomic<bool> stop_{false};
+  detail::RuntimeThread thread_;
+};
+
+}  // namespace eventide::backends::cuda

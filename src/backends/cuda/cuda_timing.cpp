@@ -1,0 +1,332 @@
+#include "backends/cuda/cuda_timing.hpp"
+
+#include <cupti.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cuda/cuda_api.hpp"
+
+namespace eventide::backends::cuda {
+
+using detail::Ref;
+using detail::Work;
+
+namespace {
+
+constexpr std::size_t kBufferSize = std::size_t{4} << 20;
+
+const char* cupti_text(CUptiResult r) {
+  const char* s = nullptr;
+  cuptiGetResultString(r, &s);
+  return s ? s : "unknown CUPTI error";
+}
+
+}  // namespace
+
+struct Timing::Impl {
+  struct Entry {
+    Ref<Work> work;
+    std::vector<std::uint32_t> correlations;
+    std::uint64_t retired_epoch = 0;  // 0: still running
+    cudaEvent_t start = nullptr;      // events mode
+    cudaEvent_t end = nullptr;
+    int device = 0;
+  };
+
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, Entry> entries;  // by our correlation id
+  std::unordered_map<const Work*, std::uint64_t> ids;
+  std::unordered_map<std::uint32_t, std::uint64_t> by_correlation;  // CUPTI's id -> ours
+  // Activity records whose external correlation record has not been seen yet.
+  std::unordered_map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> orphans;
+  std::uint64_t next_id = 1;
+  std::uint64_t epoch = 1;
+  std::size_t retired_waiting = 0;  // retired entries not yet final
+  std::mutex flush_mu;
+  std::string why;  // why CUPTI is not in use, if it is not
+
+  // Events mode: per device, an event recorded at start-up that times are measured from.
+  std::unordered_map<int, cudaEvent_t> reference;
+  std::vector<cudaEvent_t> spare_events;
+
+  void merge(std::uint64_t id, std::uint64_t start, std::uint64_t end) {
+    auto it = entries.find(id);
+    if (it != entries.end()) it->second.work->merge_times(static_cast<std::int64_t>(start),
+                                                          static_cast<std::int64_t>(end));
+  }
+
+  void take(CUpti_Activity* rec) {
+    std::uint32_t correlation = 0;
+    std::uint64_t start = 0, end = 0;
+    switch (rec->kind) {
+      case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
+        auto* r = reinterpret_cast<CUpti_ActivityExternalCorrelation*>(rec);
+        if (r->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) return;
+        auto it = entries.find(r->externalId);
+        if (it == entries.end()) return;
+        by_correlation[r->correlationId] = r->externalId;
+        it->second.correlations.push_back(r->correlationId);
+        if (auto o = orphans.find(r->correlationId); o != orphans.end()) {
+          merge(r->externalId, o->second.first, o->second.second);
+          orphans.erase(o);
+        }
+        return;
+      }
+      case CUPTI_ACTIVITY_KIND_KERNEL:
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        auto* r = reinterpret_cast<CUpti_ActivityKernel10*>(rec);
+        correlation = r->correlationId;
+        start = r->start;
+        end = r->end;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        auto* r = reinterpret_cast<CUpti_ActivityMemcpy6*>(rec);
+        correlation = r->correlationId;
+        start = r->start;
+        end = r->end;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+        auto* r = reinterpret_cast<CUpti_ActivityMemcpyPtoP4*>(rec);
+        correlation = r->correlationId;
+        start = r->start;
+        end = r->end;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        auto* r = reinterpret_cast<CUpti_ActivityMemset4*>(rec);
+        correlation = r->correlationId;
+        start = r->start;
+        end = r->end;
+        break;
+      }
+      default:
+        return;  // API records: only there so that the external correlation records exist
+    }
+    if (auto it = by_correlation.find(correlation); it != by_correlation.end()) {
+      merge(it->second, start, end);
+    } else {
+      auto& o = orphans.try_emplace(correlation, start, end).first->second;
+      o.first = std::min(o.first, start);
+      o.second = std::max(o.second, end);
+    }
+  }
+
+  // Makes final the entries that retired before `before`. Under mu.
+  void finalize(std::uint64_t before) {
+    for (auto it = entries.begin(); it != entries.end();) {
+      Entry& e = it->second;
+      if (e.retired_epoch == 0 || e.retired_epoch >= before) {
+        ++it;
+        continue;
+      }
+      for (std::uint32_t c : e.correlations) by_correlation.erase(c);
+      e.work->finish_timing();
+      ids.erase(e.work.get());
+      --retired_waiting;
+      it = entries.erase(it);
+    }
+    // Records still without their correlation record belong to other code's launches.
+    orphans.clear();
+  }
+};
+
+namespace {
+
+Timing::Impl* g_impl = nullptr;  // for CUPTI's C callbacks
+
+void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
+  *size = kBufferSize;
+  *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(8, kBufferSize));
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t,
+                               std::size_t valid) {
+  if (g_impl && valid > 0) {
+    std::lock_guard lock(g_impl->mu);
+    CUpti_Activity* rec = nullptr;
+    while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) g_impl->take(rec);
+  }
+  std::free(buffer);
+}
+
+Timing::Mode mode_from_env() {
+  const char* env = std::getenv("EVENTIDE_CUDA_TIMING");
+  if (!env || !*env || std::strcmp(env, "cupti") == 0) return Timing::Mode::cupti;
+  if (std::strcmp(env, "events") == 0) return Timing::Mode::events;
+  if (std::strcmp(env, "off") == 0) return Timing::Mode::off;
+  std::fprintf(stderr, "eventide: EVENTIDE_CUDA_TIMING=%s is not cupti, events or off; using cupti\n", env);
+  return Timing::Mode::cupti;
+}
+
+std::string start_cupti() {
+  auto fail = [](const char* call, CUptiResult r) { return std::string(call) + ": " + cupti_text(r); };
+  if (CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS) {
+    return fail("cuptiActivityRegisterCallbacks", r);
+  }
+  for (CUpti_ActivityKind kind :
+       {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_RUNTIME,
+        CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+        CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET}) {
+    if (CUptiResult r = cuptiActivityEnable(kind); r != CUPTI_SUCCESS) {
+      return fail("cuptiActivityEnable", r);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Timing& Timing::get() {
+  static Timing* t = new Timing();  // never destroyed: CUPTI may call back during exit
+  return *t;
+}
+
+Timing::Timing() : impl_(new Impl()), mode_(mode_from_env()) {
+  g_impl = impl_;
+  if (mode_ == Mode::cupti) {
+    impl_->why = start_cupti();
+    if (!impl_->why.empty()) {
+      std::fprintf(stderr, "eventide: CUPTI is unavailable (%s): CUDA op times fall back to event "
+                           "pairs, which include launch gaps\n", impl_->why.c_str());
+      mode_ = Mode::events;
+    }
+  }
+}
+
+std::string Timing::describe() const {
+  switch (mode_) {
+    case Mode::cupti: return "CUPTI activity records (each op's own kernels and copies)";
+    case Mode::events:
+      return "CUDA event pairs (include launch gaps" +
+             (impl_->why.empty() ? std::string(")") : "; CUPTI: " + impl_->why + ")");
+    case Mode::off: return "off (EVENTIDE_CUDA_TIMING=off)";
+  }
+  return "?";
+}
+
+Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
+    : timing_(timing), work_(work), stream_(stream) {
+  if (timing_.mode_ == Mode::off) return;
+  Impl& impl = *timing_.impl_;
+  cudaEvent_t start = nullptr;
+  {
+    std::lock_guard lock(impl.mu);
+    id_ = impl.next_id++;
+    Impl::Entry& e = impl.entries[id_];
+    e.work = Ref<Work>(&work);
+    impl.ids[&work] = id_;
+    if (timing_.mode_ == Mode::events) {
+      cudaGetDevice(&e.device);
+      if (!impl.reference.count(e.device)) {
+        cudaEvent_t ref;
+        if (cudaEventCreate(&ref) == cudaSuccess && cudaEventRecord(ref, nullptr) == cudaSuccess) {
+          cudaEventSynchronize(ref);
+          impl.reference[e.device] = ref;
+        }
+      }
+      for (cudaEvent_t* ev : {&e.start, &e.end}) {
+        if (!impl.spare_events.empty()) {
+          *ev = impl.spare_events.back();
+          impl.spare_events.pop_back();
+        } else {
+          cudaEventCreate(ev);
+        }
+      }
+      start = e.start;
+    }
+  }
+  if (timing_.mode_ == Mode::cupti) {
+    cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id_);
+  } else {
+    cudaEventRecord(start, stream_);
+  }
+}
+
+Timing::Scope::~Scope() {
+  if (timing_.mode_ == Mode::cupti) {
+    std::uint64_t last = 0;
+    cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
+  } else if (timing_.mode_ == Mode::events) {
+    cudaEvent_t end;
+    {
+      std::lock_guard lock(timing_.impl_->mu);
+      end = timing_.impl_->entries[id_].end;
+    }
+    cudaEventRecord(end, stream_);
+  }
+}
+
+void Timing::retired(Work& work) noexcept {
+  if (mode_ == Mode::off) {
+    work.finish_timing();
+    return;
+  }
+  std::lock_guard lock(impl_->mu);
+  auto id = impl_->ids.find(&work);
+  if (id == impl_->ids.end()) {
+    if (!work.timing_known()) work.finish_timing();  // launched nothing timed (a wait)
+    return;
+  }
+  auto it = impl_->entries.find(id->second);
+  if (it == impl_->entries.end() || it->second.retired_epoch != 0) return;
+  Impl::Entry& e = it->second;
+  if (mode_ == Mode::events) {
+    // The work has finished, so its events have completed.
+    float start_ms = 0, end_ms = 0;
+    cudaEvent_t ref = impl_->reference[e.device];
+    if (ref && cudaEventElapsedTime(&start_ms, ref, e.start) == cudaSuccess &&
+        cudaEventElapsedTime(&end_ms, ref, e.end) == cudaSuccess) {
+      work.merge_times(static_cast<std::int64_t>(start_ms * 1e6), static_cast<std::int64_t>(end_ms * 1e6));
+    }
+    impl_->spare_events.push_back(e.start);
+    impl_->spare_events.push_back(e.end);
+    work.finish_timing();
+    impl_->ids.erase(&work);
+    impl_->entries.erase(it);
+    return;
+  }
+  e.retired_epoch = impl_->epoch;
+  ++impl_->retired_waiting;
+}
+
+void Timing::await(Work& work) {
+  if (work.timing_known()) return;
+  retired(work);  // finished (the caller waited for it), even if the watcher has not seen it yet
+  if (work.timing_known() || mode_ != Mode::cupti) return;
+  std::lock_guard flush_lock(impl_->flush_mu);
+  if (work.timing_known()) return;  // another thread's flush covered it
+  flush_locked();
+}
+
+void Timing::maintain() {
+  if (mode_ != Mode::cupti) return;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->retired_waiting < 1024) return;
+  }
+  std::unique_lock flush_lock(impl_->flush_mu, std::try_to_lock);
+  if (flush_lock.owns_lock()) flush_locked();
+}
+
+void Timing::flush_locked() {
+  std::uint64_t before;
+  {
+    std::lock_guard lock(impl_->mu);
+    before = ++impl_->epoch;
+  }
+  // Delivers every record of work that has finished; the buffers come back through
+  // buffer_completed, on this thread or CUPTI's.
+  cuptiActivityFlushAll(0);
+  std::lock_guard lock(impl_->mu);
+  impl_->finalize(before);
+}
+
+}  // namespace eventide::backends::cuda

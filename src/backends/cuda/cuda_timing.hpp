@@ -1,0 +1,75 @@
+// Device time of CUDA ops, without launch gaps.
+//
+// A pair of CUDA events around a kernel reads the time from when the GPU reached the first
+// event to when it reached the second: when the stream was idle, that includes the host's
+// launch of the kernel (about 6 µs too long on an H200 for a 10 µs kernel, ANCHORS.md).
+// CUPTI's activity records carry each kernel's, copy's and memset's own start and end on the
+// GPU. Each op's launches are tagged with an external correlation id (the op's), and the
+// records are folded into the op's Work as they arrive: its time is from the start of its
+// first activity to the end of its last.
+//
+// Records arrive in buffers, some time after the work: a Work's time is *known* once a flush
+// (cuptiActivityFlushAll) that began after the work finished has delivered them. await()
+// flushes when a caller needs a time that is not known yet; ready times need no flush.
+//
+// Modes (EVENTIDE_CUDA_TIMING): "cupti" (default), "events" (CUDA event pairs: includes the
+// launch gap, as described above; for processes where CUPTI is unavailable, e.g. under a
+// profiler that holds it), "off" (time_elapsed of CUDA work is 0). The mode actually in use
+// is in `eventide info`.
+//
+// Thread-safety: all members, from any thread.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/work.hpp"
+
+namespace eventide::backends::cuda {
+
+class Timing {
+ public:
+  enum class Mode { cupti, events, off };
+
+  // The process's timing (CUPTI is per process); starts CUPTI on first use.
+  static Timing& get();
+
+  Mode mode() const noexcept { return mode_; }
+  // "CUPTI activity records", "CUDA event pairs (include launch gaps)", ...
+  std::string describe() const;
+
+  // Tags the CUDA work launched on this thread during its lifetime with `work`.
+  class Scope {
+   public:
+    Scope(Timing& timing, detail::Work& work, cudaStream_t stream);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Timing& timing_;
+    detail::Work& work_;
+    cudaStream_t stream_;
+    std::uint64_t id_ = 0;
+  };
+
+  // The work has finished on the GPU (the watcher retired it): its records are complete once
+  // the next flush has run.
+  void retired(detail::Work& work) noexcept;
+  // Blocks until the device time of `work` (finished) is known.
+  void await(detail::Work& work);
+  // Called by the watchers: flushes now and then so that the records of finished work that
+  // nobody asked the time of do not pile up.
+  void maintain();
+
+ private:
+  void flush_locked();  // under impl_->flush_mu
+  Timing();
+  struct Impl;
+  Impl* impl_;
+  Mode mode_;
+};
+
+}  // namespace eventide::backends::cuda
