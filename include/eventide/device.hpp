@@ -39,7 +39,9 @@ class Device {
   // "cpu" or "cuda:N".
   std::string str() const;
 
-  friend constexpr bool operator==(Device, Device) noexcept = default;
+  friend constexpr bool operator==(Device a, Device b) noexcept {
+    return a.kind_ == b.kind_ && a.index_ == b.index_;
+  }
 
  private:
   constexpr Device(DeviceKind kind, int index) noexcept : kind_(kind), index_(index) {}

@@ -27,6 +27,12 @@ void synchronize(Device device);
 using CallbackErrorHandler = std::function<void(std::exception_ptr error, std::string_view where)>;
 void set_callback_error_handler(CallbackErrorHandler handler);
 
+// Whether f32 matmul on GPUs may use TF32 tensor cores (10-bit mantissa products, f32
+// accumulation: several times faster, less precise). Off by default, as in PyTorch; applies
+// to matmuls enqueued after the call.
+void set_allow_tf32(bool allow) noexcept;
+bool allow_tf32() noexcept;
+
 // "0.1.0".
 std::string_view version() noexcept;
 

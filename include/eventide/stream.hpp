@@ -47,6 +47,11 @@ class Stream {
   static Stream current(Device device = default_device());
   // The stream ops of `device` use when no StreamGuard says otherwise; shared by all threads.
   static Stream default_stream(Device device = default_device());
+  // A stream over a native stream someone else owns (on CUDA, a cudaStream_t: PyTorch's, or
+  // your own kernels'), so that events can be recorded on the work launched there and
+  // eventide's ops can run in its order. Never destroys it: keep it alive while the Stream
+  // (and work enqueued through it) is. InvalidArgument for the CPU or a null handle.
+  static Stream from_native(Device device, void* native_stream);
 
   Device device() const;
   // A number unique among this process's streams.

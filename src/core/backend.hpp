@@ -31,8 +31,12 @@ class DeviceBackend {
   virtual DeviceInfo info() const = 0;
   // A new stream. Cheap: no thread or native object needs to exist before its first op.
   virtual std::shared_ptr<StreamState> create_stream(std::uint64_t id) = 0;
-  // `bytes` of device memory, freed when the last reference goes. DeviceError if it cannot.
-  virtual Ref<Storage> allocate(std::size_t bytes) = 0;
+  // A stream over a native one owned by someone else (a cudaStream_t). InvalidArgument where
+  // the device has none.
+  virtual std::shared_ptr<StreamState> wrap_stream(std::uint64_t id, void* native) = 0;
+  // `bytes` of device memory for an op about to be enqueued on `stream` (stream-ordered
+  // where the device has that), freed when the last reference goes. DeviceError if it cannot.
+  virtual Ref<Storage> allocate(std::size_t bytes, StreamState& stream) = 0;
   virtual ops::Kernels& kernels() = 0;
   // Process exit: fail the work still queued, let running work finish, stop threads.
   virtual void shutdown() noexcept = 0;

@@ -29,6 +29,14 @@ std::shared_ptr<StreamState> DeviceContext::create_stream(std::uint64_t id) {
   return stream;
 }
 
+std::shared_ptr<StreamState> DeviceContext::wrap_stream(std::uint64_t id, void* native) {
+  auto stream = backend_->wrap_stream(id, native);
+  std::lock_guard lock(mu_);
+  std::erase_if(streams_, [](const std::weak_ptr<StreamState>& w) { return w.expired(); });
+  streams_.push_back(stream);
+  return stream;
+}
+
 std::vector<std::shared_ptr<StreamState>> DeviceContext::live_streams() {
   std::vector<std::shared_ptr<StreamState>> out;
   std::lock_guard lock(mu_);
@@ -153,6 +161,12 @@ std::shared_ptr<StreamState> Runtime::create_stream(Device device) {
   return c.create_stream(next_stream_id_.fetch_add(1, std::memory_order_relaxed) + 1);
 }
 
+std::shared_ptr<StreamState> Runtime::wrap_stream(Device device, void* native) {
+  check_running();
+  DeviceContext& c = context(device);
+  return c.wrap_stream(next_stream_id_.fetch_add(1, std::memory_order_relaxed) + 1, native);
+}
+
 std::shared_ptr<StreamState> Runtime::current_stream(Device device) {
   for (const auto& [d, s] : tls_current) {
     if (d == device && s) return s;
@@ -220,6 +234,13 @@ void manual_seed(std::uint64_t seed) {
 void manual_seed(std::uint64_t seed, Device device) {
   detail::Runtime::get().context(device).manual_seed(seed);
 }
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}
+
+void set_allow_tf32(bool allow) noexcept { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() noexcept { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 std::string_view version() noexcept { return EVENTIDE_VERSION; }
 

@@ -34,6 +34,7 @@ class DeviceContext {
   // The stream ops use when no StreamGuard says otherwise (created at first use).
   std::shared_ptr<StreamState> default_stream();
   std::shared_ptr<StreamState> create_stream(std::uint64_t id);
+  std::shared_ptr<StreamState> wrap_stream(std::uint64_t id, void* native);
   // Every stream of the device still alive (held by a handle or by pending work).
   std::vector<std::shared_ptr<StreamState>> live_streams();
 
@@ -74,6 +75,7 @@ class Runtime {
   Dispatcher& dispatcher(const std::optional<Device>& device);
 
   std::shared_ptr<StreamState> create_stream(Device device);
+  std::shared_ptr<StreamState> wrap_stream(Device device, void* native);
   std::shared_ptr<StreamState> current_stream(Device device);
 
   void shutdown() noexcept;

@@ -195,6 +195,11 @@ Stream Stream::default_stream(Device device) {
   return Stream(detail::Runtime::get().context(device).default_stream());
 }
 
+Stream Stream::from_native(Device device, void* native_stream) {
+  if (!native_stream) throw InvalidArgument("Stream::from_native: the native stream is null");
+  return Stream(detail::Runtime::get().wrap_stream(device, native_stream));
+}
+
 Device Stream::device() const { return state_->device(); }
 std::uint64_t Stream::id() const { return state_->id(); }
 std::string Stream::str() const { return state_->name(); }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <functional>
 #include <utility>
 
@@ -49,6 +50,10 @@ class Kernels {
   virtual void download(const TensorState& src, void* host) = 0;
   // dst = src, both on this device.
   virtual void copy(StreamState& s, TensorState& src, TensorState& dst) = 0;
+  // A copy of `src` on `to`, where one of the two is this device and the other is not: made
+  // asynchronously, ordered after src's producer. The device that is not the CPU does the
+  // copies (Tensor::to asks it).
+  virtual std::shared_ptr<TensorState> transfer(TensorState& src, Device to) = 0;
 };
 
 }  // namespace eventide::ops

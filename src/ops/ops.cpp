@@ -58,9 +58,10 @@ Target target(Device device) {
   return Target{ctx, rt.current_stream(device)};
 }
 
-std::shared_ptr<TensorState> new_tensor(detail::DeviceContext& ctx, Shape shape, DType dtype) {
+std::shared_ptr<TensorState> new_tensor(Target& t, Shape shape, DType dtype) {
+  detail::DeviceContext& ctx = t.ctx;
   std::size_t bytes = static_cast<std::size_t>(numel(shape)) * itemsize(dtype);
-  auto storage = ctx.backend().allocate(bytes);
+  auto storage = ctx.backend().allocate(bytes, *t.stream);
   return std::make_shared<TensorState>(std::move(shape), dtype, ctx.device(), std::move(storage));
 }
 
@@ -84,7 +85,7 @@ template <class Enqueue>
 Tensor create(const char* op, Shape shape, DType dtype, Device device, Enqueue&& enqueue) {
   check_shape(op, shape, dtype);
   Target t = target(device);
-  auto out = new_tensor(t.ctx, std::move(shape), dtype);
+  auto out = new_tensor(t, std::move(shape), dtype);
   enqueue(t, *out);
   return Tensor(std::move(out));
 }
@@ -202,7 +203,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                           " do not multiply: expected (m, k) @ (k, n) or (b, m, k) @ (b, k, n)");
   }
   Target t = target(x.device);
-  auto result = new_tensor(t.ctx, std::move(out), x.dtype);
+  auto result = new_tensor(t, std::move(out), x.dtype);
   t.ctx.backend().kernels().matmul(*t.stream, x, y, *result);
   return Tensor(std::move(result));
 }
@@ -218,7 +219,7 @@ Tensor binary(ops::BinaryOp op, const Tensor& a, const Tensor& b) {
                           to_string(y.shape) + " differ");
   }
   Target t = target(x.device);
-  auto result = new_tensor(t.ctx, x.shape, x.dtype);
+  auto result = new_tensor(t, x.shape, x.dtype);
   t.ctx.backend().kernels().binary(*t.stream, op, x, y, *result);
   return Tensor(std::move(result));
 }

@@ -59,6 +59,12 @@ std::shared_ptr<StreamState> CpuBackend::create_stream(std::uint64_t id) {
   return std::make_shared<CpuStream>(Device::cpu(), id, pool_);
 }
 
-Ref<detail::Storage> CpuBackend::allocate(std::size_t bytes) { return HeapStorage::make(bytes); }
+std::shared_ptr<StreamState> CpuBackend::wrap_stream(std::uint64_t, void*) {
+  throw InvalidArgument("Stream::from_native: the cpu has no native streams to wrap");
+}
+
+Ref<detail::Storage> CpuBackend::allocate(std::size_t bytes, StreamState&) {
+  return HeapStorage::make(bytes);
+}
 
 }  // namespace eventide::backends::cpu

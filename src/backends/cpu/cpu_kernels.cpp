@@ -213,6 +213,11 @@ class CpuKernels final : public ops::Kernels {
     if (src.nbytes() > 0) std::memcpy(host, src.storage->data(), src.nbytes());
   }
 
+  std::shared_ptr<TensorState> transfer(TensorState& src, Device to) override {
+    // Never asked: copies between the CPU and another device are that device's to make.
+    throw InvalidArgument("cpu cannot copy " + src.device.str() + " memory to " + to.str());
+  }
+
   void copy(StreamState& s, TensorState& src, TensorState& dst) override {
     Ref<Storage> ms = src.storage, md = dst.storage;
     const std::size_t bytes = src.nbytes();

@@ -8,13 +8,13 @@
 #include <cstdint>
 
 #include "eventide/dtype.hpp"
-#include "ops/kernels.hpp"
 
 namespace eventide::backends::cuda::kernels {
 
 void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t stream);
-void binary(ops::BinaryOp op, const void* a, const void* b, void* out, std::int64_t n,
-            DType dtype, cudaStream_t stream);
+// out = a + b (add) or a * b, elementwise.
+void binary(bool add, const void* a, const void* b, void* out, std::int64_t n, DType dtype,
+            cudaStream_t stream);
 // Philox numbers laid out as on the CPU (ops/philox.hpp); f16 and bf16 are drawn as f32.
 void random(void* out, std::int64_t n, DType dtype, bool normal, std::uint64_t seed,
             std::uint64_t offset, cudaStream_t stream);

@@ -1,5 +1,6 @@
 #include "backends/cuda/cuda_memory.hpp"
 
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -13,10 +14,13 @@ namespace eventide::backends::cuda {
 
 namespace {
 
+std::atomic<bool> g_shut_down{false};
+
 class DeviceStorage final : public Storage {
  public:
   DeviceStorage(void* data, std::size_t bytes, Device device) : Storage(data, bytes, device) {}
   ~DeviceStorage() override {
+    if (g_shut_down.load(std::memory_order_acquire)) return;
     // Every op using the memory has finished (they hold references until then), so it can go
     // back to the pool at once, on any stream.
     int previous = -1;
@@ -139,6 +143,8 @@ WordPool& word_pool() {
 }
 
 }  // namespace
+
+void memory_shutdown() noexcept { g_shut_down.store(true, std::memory_order_release); }
 
 void configure_pool(Device device) {
   cudaMemPool_t pool;

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "core/ref.hpp"
@@ -39,6 +40,10 @@ struct PinnedWord {
 };
 PinnedWord acquire_word();
 void release_word(PinnedWord word) noexcept;
+
+// Process exit: from here on device memory is not given back (the CUDA runtime is being torn
+// down); the process's end releases it.
+void memory_shutdown() noexcept;
 
 // Raises the release threshold of `device`'s default pool (once).
 void configure_pool(Device device);

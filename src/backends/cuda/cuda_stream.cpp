@@ -102,6 +102,12 @@ CudaStream::~CudaStream() {
 
 std::exception_ptr CudaStream::device_error() const { return owner_.broken(); }
 
+Ref<Storage> CudaStream::workspace(std::size_t bytes) {
+  std::lock_guard lock(workspace_mu_);
+  if (!workspace_ || workspace_->bytes() < bytes) workspace_ = allocate_device(device(), bytes, handle_);
+  return workspace_;
+}
+
 void CudaStream::order_after(const Dep& dep, InFlight& entry, bool& decided_later) {
   Work& w = *dep.work;
   if (w.done() || &w.timeline() == &timeline()) return;  // done, or before it on this stream

@@ -79,6 +79,9 @@ class CudaStream final : public detail::StreamState {
   ~CudaStream() override;
 
   cudaStream_t handle() const noexcept { return handle_; }
+  // Device scratch memory of `bytes` for library calls on this stream (cuBLASLt), allocated
+  // at first use and kept with the stream.
+  detail::Ref<Storage> workspace(std::size_t bytes);
   CudaDevice& owner() const noexcept { return owner_; }
   std::exception_ptr device_error() const override;
 
@@ -106,6 +109,9 @@ class CudaStream final : public detail::StreamState {
   cudaStream_t handle_ = nullptr;
   bool owns_handle_ = true;
   CudaTimeline& timeline_;
+
+  std::mutex workspace_mu_;
+  detail::Ref<Storage> workspace_;
 
   std::mutex inflight_mu_;
   std::deque<InFlight> inflight_;

@@ -64,10 +64,11 @@ class Timing {
   // nobody asked the time of do not pile up.
   void maintain();
 
+  struct Impl;  // the record keeping (cuda_timing.cpp), also reached by CUPTI's callbacks
+
  private:
   void flush_locked();  // under impl_->flush_mu
   Timing();
-  struct Impl;
   Impl* impl_;
   Mode mode_;
 };

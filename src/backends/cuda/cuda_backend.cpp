@@ -1,0 +1,287 @@
+#include "backends/cuda/cuda_backend.hpp"
+
+#include <cstring>
+#include <mutex>
+
+#include "backends/cuda/cuda_api.hpp"
+#include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/cuda_matmul.hpp"
+#include "backends/cuda/cuda_memory.hpp"
+#include "backends/cuda/cuda_stream.hpp"
+#include "backends/cuda/cuda_timing.hpp"
+#include "core/runtime.hpp"
+#include "eventide/errors.hpp"
+#include "eventide/runtime.hpp"
+#include "ops/kernels.hpp"
+#include "ops/philox.hpp"
+
+namespace eventide::backends::cuda {
+
+namespace {
+
+using detail::Callback;
+using detail::StreamState;
+using detail::TensorState;
+
+std::string g_why_none;  // why discover() found no device
+
+CudaStream& native(StreamState& s) { return static_cast<CudaStream&>(s); }
+
+[[noreturn]] void unsupported(const char* op, DType dtype, const char* supported) {
+  throw InvalidArgument(std::string(op) + " does not support " + std::string(name(dtype)) +
+                        " on cuda (supported: " + supported + ")");
+}
+
+class CudaKernels final : public ops::Kernels {
+ public:
+  explicit CudaKernels(CudaDevice& device) : device_(device) {}
+
+  void fill(StreamState& s, TensorState& out, double value) override {
+    check_usable();
+    Ref<Storage> mem = out.storage;
+    const std::int64_t n = out.numel;
+    const DType dtype = out.dtype;
+    cudaStream_t stream = native(s).handle();
+    s.launch("fill", {}, {&out}, [=] { kernels::fill(mem->data(), n, dtype, value, stream); });
+  }
+
+  void random(StreamState& s, TensorState& out, ops::RandomKind kind,
+              const ops::ReserveRandom& reserve) override {
+    check_usable();
+    const bool normal = kind == ops::RandomKind::normal;
+    if (!is_floating(out.dtype)) unsupported(normal ? "randn" : "rand", out.dtype, "f32, f64, f16, bf16");
+    auto [seed, offset] = reserve(ops::philox::blocks_for(out.numel, out.dtype == DType::f64, normal));
+    Ref<Storage> mem = out.storage;
+    const std::int64_t n = out.numel;
+    const DType dtype = out.dtype;
+    cudaStream_t stream = native(s).handle();
+    s.launch(normal ? "randn" : "rand", {}, {&out},
+             [=] { kernels::random(mem->data(), n, dtype, normal, seed, offset, stream); });
+  }
+
+  void binary(StreamState& s, ops::BinaryOp op, TensorState& a, TensorState& b,
+              TensorState& out) override {
+    check_usable();
+    Ref<Storage> ma = a.storage, mb = b.storage, mo = out.storage;
+    const std::int64_t n = out.numel;
+    const DType dtype = out.dtype;
+    cudaStream_t stream = native(s).handle();
+    s.launch(ops::name(op), {&a, &b}, {&out},
+             [=] {
+               kernels::binary(op == ops::BinaryOp::add, ma->data(), mb->data(), mo->data(), n,
+                               dtype, stream);
+             });
+  }
+
+  void matmul(StreamState& s, TensorState& a, TensorState& b, TensorState& out) override {
+    check_usable();
+    if (a.dtype != DType::f32 && a.dtype != DType::f16 && a.dtype != DType::bf16 && a.dtype != DType::f64) {
+      unsupported("matmul", a.dtype, "f32, f16, bf16, f64");
+    }
+    const bool batched = a.shape.size() == 3;
+    const MatmulShape shape{batched ? a.shape[0] : 1, a.shape[batched ? 1 : 0],
+                            a.shape[batched ? 2 : 1], b.shape[batched ? 2 : 1]};
+    CudaStream& cs = native(s);
+    Ref<Storage> ma = a.storage, mb = b.storage, mo = out.storage;
+    Ref<Storage> ws = cs.workspace(kMatmulWorkspace);
+    const DType dtype = a.dtype;
+    const bool tf32 = allow_tf32() && dtype == DType::f32;
+    const int index = device_.device().index();
+    cudaStream_t stream = cs.handle();
+    s.launch(tf32 ? "matmul[tf32]" : "matmul", {&a, &b}, {&out}, [=] {
+      cuda::matmul(index, stream, ma->data(), mb->data(), mo->data(), shape, dtype, tf32,
+                   ws->data(), ws->bytes());
+    });
+  }
+
+  void upload(StreamState& s, TensorState& out, const void* host) override {
+    check_usable();
+    // Through pinned staging: the caller's memory is copied now (they may reuse it at once),
+    // the transfer to the device runs in stream order.
+    const std::size_t bytes = out.nbytes();
+    Ref<Storage> staging = allocate_pinned(bytes);
+    if (bytes > 0) std::memcpy(staging->data(), host, bytes);
+    Ref<Storage> mo = out.storage;
+    cudaStream_t stream = native(s).handle();
+    s.launch("from_host", {}, {&out}, [=] {
+      check(cudaMemcpyAsync(mo->data(), staging->data(), bytes, cudaMemcpyHostToDevice, stream),
+            "cudaMemcpyAsync", "(host to " + mo->device().str() + ")");
+    });
+  }
+
+  void download(const TensorState& src, void* host) override {
+    check_usable();
+    // The producer has finished; copy through pinned staging on the device's transfer stream.
+    const std::size_t bytes = src.nbytes();
+    if (bytes == 0) return;
+    use_device(device_.device());
+    Ref<Storage> staging = allocate_pinned(bytes);
+    cudaStream_t stream = transfer_stream();
+    check(cudaMemcpyAsync(staging->data(), src.storage->data(), bytes, cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync", "(" + src.device.str() + " to host)");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", "(copy from " + src.device.str() + ")");
+    std::memcpy(host, staging->data(), bytes);
+  }
+
+  void copy(StreamState& s, TensorState& src, TensorState& dst) override {
+    check_usable();
+    Ref<Storage> ms = src.storage, md = dst.storage;
+    const std::size_t bytes = src.nbytes();
+    cudaStream_t stream = native(s).handle();
+    s.launch("copy", {&src}, {&dst}, [=] {
+      check(cudaMemcpyAsync(md->data(), ms->data(), bytes, cudaMemcpyDeviceToDevice, stream),
+            "cudaMemcpyAsync", "(device to device)");
+    });
+  }
+
+  std::shared_ptr<TensorState> transfer(TensorState& src, Device to) override {
+    check_usable();
+    auto& rt = detail::Runtime::get();
+    const std::size_t bytes = src.nbytes();
+    if (to.is_cpu()) {
+      // GPU to host: the CPU tensor's memory is pinned, so the copy is truly asynchronous;
+      // the CUDA op is its producer.
+      auto out = std::make_shared<TensorState>(src.shape, src.dtype, to, allocate_pinned(bytes));
+      auto stream = rt.current_stream(src.device);
+      Ref<Storage> ms = src.storage, mo = out->storage;
+      cudaStream_t h = native(*stream).handle();
+      stream->launch("to(cpu)", {&src}, {out.get()}, [=] {
+        check(cudaMemcpyAsync(mo->data(), ms->data(), bytes, cudaMemcpyDeviceToHost, h),
+              "cudaMemcpyAsync", "(" + ms->device().str() + " to host)");
+      });
+      return out;
+    }
+    auto dst_stream = rt.current_stream(to);
+    auto out = std::make_shared<TensorState>(src.shape, src.dtype, to,
+                                             rt.context(to).backend().allocate(bytes, *dst_stream));
+    if (src.device.is_cpu()) {
+      // Host to GPU: the host data is staged into pinned memory when its producer has
+      // finished (now, if it has; else by an op on the CPU's stream), then copied in order.
+      auto staging = std::make_shared<TensorState>(src.shape, src.dtype, Device::cpu(),
+                                                   allocate_pinned(bytes));
+      Ref<Storage> ms = src.storage, mst = staging->storage;
+      auto cpu_stream = rt.current_stream(Device::cpu());
+      cpu_stream->launch("stage", {&src}, {staging.get()}, [=] {
+        if (bytes > 0) std::memcpy(mst->data(), ms->data(), bytes);
+      });
+      Ref<Storage> mo = out->storage;
+      cudaStream_t h = native(*dst_stream).handle();
+      dst_stream->launch("to(" + to.str() + ")", {staging.get()}, {out.get()}, [=] {
+        check(cudaMemcpyAsync(mo->data(), mst->data(), bytes, cudaMemcpyHostToDevice, h),
+              "cudaMemcpyAsync", "(host to " + mo->device().str() + ")");
+      });
+      return out;
+    }
+    // GPU to another GPU: the destination's memory is the destination stream's from an
+    // "empty" op; the copy runs on the source's stream, ordered after it.
+    dst_stream->launch("empty", {}, {out.get()}, Callback());
+    auto stream = rt.current_stream(src.device);
+    Ref<Storage> ms = src.storage, mo = out->storage;
+    cudaStream_t h = native(*stream).handle();
+    const int from = src.device.index(), into = to.index();
+    stream->launch("to(" + to.str() + ")", {&src}, {out.get()}, [=] {
+      check(cudaMemcpyPeerAsync(mo->data(), into, ms->data(), from, bytes, h), "cudaMemcpyPeerAsync",
+            "(cuda:" + std::to_string(from) + " to cuda:" + std::to_string(into) + ")");
+    });
+    return out;
+  }
+
+ private:
+  void check_usable() const {
+    if (auto e = device_.broken()) std::rethrow_exception(e);
+  }
+
+  cudaStream_t transfer_stream() {
+    std::lock_guard lock(mu_);
+    if (!transfer_) {
+      check(cudaStreamCreateWithFlags(&transfer_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
+            "(transfers of " + device_.device().str() + ")");
+    }
+    return transfer_;
+  }
+
+  CudaDevice& device_;
+  std::mutex mu_;
+  cudaStream_t transfer_ = nullptr;
+};
+
+class CudaBackend final : public detail::DeviceBackend {
+ public:
+  explicit CudaBackend(int index)
+      : device_(Device::cuda(index)), state_(device_), kernels_(state_) {
+    configure_pool(device_);
+  }
+
+  Device device() const override { return device_; }
+
+  DeviceInfo info() const override {
+    const cudaDeviceProp& p = state_.props();
+    std::string desc = "compute capability " + std::to_string(p.major) + "." + std::to_string(p.minor) +
+                       ", " + std::to_string(p.multiProcessorCount) + " SMs, " +
+                       std::to_string(p.totalGlobalMem >> 20) + " MiB; timelines: " +
+                       (state_.mem_ops() ? "written by the GPU (stream memory operations)"
+                                         : "CUDA events (no stream memory operations)") +
+                       "; op times: " + Timing::get().describe() + "; matmul: cuBLASLt" +
+                       (allow_tf32() ? " (TF32 allowed)" : "");
+    return DeviceInfo{device_, p.name, desc};
+  }
+
+  std::shared_ptr<StreamState> create_stream(std::uint64_t id) override {
+    return std::make_shared<CudaStream>(device_, id, state_);
+  }
+
+  std::shared_ptr<StreamState> wrap_stream(std::uint64_t id, void* native_stream) override {
+    return std::make_shared<CudaStream>(device_, id, state_, static_cast<cudaStream_t>(native_stream));
+  }
+
+  Ref<Storage> allocate(std::size_t bytes, StreamState& stream) override {
+    if (auto e = state_.broken()) std::rethrow_exception(e);
+    return allocate_device(device_, bytes, native(stream).handle());
+  }
+
+  ops::Kernels& kernels() override { return kernels_; }
+
+  void shutdown() noexcept override {
+    state_.stop();
+    memory_shutdown();
+  }
+
+ private:
+  const Device device_;
+  CudaDevice state_;
+  CudaKernels kernels_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<detail::DeviceBackend>> discover() {
+  std::vector<std::unique_ptr<detail::DeviceBackend>> out;
+  int count = 0;
+  cudaError_t st = cudaGetDeviceCount(&count);
+  if (st != cudaSuccess) {
+    (void)cudaGetLastError();
+    g_why_none = "no CUDA device could be used: " + describe(st);
+    return out;
+  }
+  if (count == 0) {
+    g_why_none = "no CUDA device is present";
+    return out;
+  }
+  for (int i = 0; i < count; ++i) {
+    try {
+      out.push_back(std::make_unique<CudaBackend>(i));
+    } catch (const std::exception& e) {
+      g_why_none += "cuda:" + std::to_string(i) + " could not be set up: " + e.what() + "; ";
+    }
+  }
+  return out;
+}
+
+std::string why_unavailable(Device) {
+  if (!g_why_none.empty()) return g_why_none;
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  return "this machine has " + std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s");
+}
+
+}  // namespace eventide::backends::cuda

@@ -1,0 +1,20 @@
+// The CUDA device: one DeviceBackend per GPU. Streams are cudaStreams with GPU-written
+// timelines (cuda_stream.hpp); memory comes from the stream-ordered pool (cuda_memory.hpp);
+// matmul is cuBLASLt (cuda_matmul.hpp), the other ops are eventide's kernels
+// (cuda_kernels.cu); op times come from CUPTI (cuda_timing.hpp).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.hpp"
+
+namespace eventide::backends::cuda {
+
+// One backend per GPU found; none (and why_unavailable says why) on a machine without a GPU or
+// a driver.
+std::vector<std::unique_ptr<detail::DeviceBackend>> discover();
+std::string why_unavailable(Device device);
+
+}  // namespace eventide::backends::cuda
