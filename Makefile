@@ -5,6 +5,7 @@
 #   make test       build, then run every test (C++ and Python tests, examples)
 #   make bench      build (Release), run the benchmarks, write build/bench/results.md
 #   make sanitize   the tests under ThreadSanitizer, then AddressSanitizer + UBSan
+#   make gpu-check  on a machine with a GPU: build with CUDA, GPU tests, benchmarks, sanitizer
 #   make install    install into PREFIX (default /usr/local)
 
 BUILD     ?= build
@@ -14,7 +15,7 @@ GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Uni
 CMAKE_ARGS ?=
 CTEST_ARGS ?=
 
-.PHONY: all run test bench sanitize sanitize-thread sanitize-address install deps clean
+.PHONY: all run test bench sanitize sanitize-thread sanitize-address gpu-check install deps clean
 
 all: $(BUILD)/.configured
 	cmake --build $(BUILD) -j $(JOBS)
@@ -57,6 +58,9 @@ sanitize-address: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600 $(CTEST_ARGS)
+
+gpu-check:
+	scripts/gpu-check.sh
 
 install: all
 	cmake --install $(BUILD) --prefix $(PREFIX)

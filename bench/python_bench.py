@@ -107,6 +107,50 @@ def torch_rows(n):
     return rows, f"torch {torch.__version__}"
 
 
+def matmul_rows(device, quick):
+    """TFLOP/s of ev.matmul and torch.matmul from Python, in the same process, alternating."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    rows = []
+    cases = [("f32", "float32", False), ("tf32", "float32", True), ("bf16", "bfloat16", False),
+             ("f16", "float16", False)]
+    for label, dtype, tf32 in cases:
+        for n in (1024, 4096) if quick else (1024, 4096, 8192):
+            ev.set_allow_tf32(tf32)
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            a, b = ev.randn(n, n, dtype=dtype, device=device), ev.randn(n, n, dtype=dtype, device=device)
+            ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+            reps = 200 if n <= 1024 else (30 if n <= 4096 else 8)
+            flops = 2.0 * n ** 3 * reps
+            ours, theirs = [], []
+            for _ in range(5):
+                e = ev.Event()
+                e.record(ev.matmul(a, b))
+                e.wait()
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    out = ev.matmul(a, b)
+                e.record(out)
+                e.wait()
+                ours.append(flops / (time.perf_counter() - t0) / 1e12)
+                torch.matmul(ta, tb)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    torch.matmul(ta, tb)
+                torch.cuda.synchronize()
+                theirs.append(flops / (time.perf_counter() - t0) / 1e12)
+            o, t = sorted(ours)[2], sorted(theirs)[2]
+            rows.append((f"matmul {label} n = {n}", o, t))
+    ev.set_allow_tf32(False)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return rows
+
+
 def fmt(r):
     return "-" if r is None else f"{r['p50']:,} / {r['p99']:,} ns"
 
@@ -135,6 +179,13 @@ def main():
         met = "-" if goal is None else ("yes" if r["p50"] <= goal else "**no**")
         t = theirs.get(name) if theirs else None
         lines.append(f"| {name} | {fmt(r)} | {fmt(t)} | {f'≤ {goal:,} ns' if goal else '-'} | {met} |")
+    mm = [] if device.type == "cpu" else matmul_rows(device, args.quick)
+    if mm:
+        lines += ["", "| matmul from Python | eventide | torch.matmul | goal | met? |",
+                  "| --- | --- | --- | --- | --- |"]
+        for name, o, t in mm:
+            lines.append(f"| {name} | {o:.1f} TFLOP/s ({100 * o / t:.1f}%) | {t:.1f} TFLOP/s | ≥ 97% | "
+                         f"{'yes' if o >= 0.97 * t else '**no**'} |")
     table = "\n".join(lines) + "\n"
     print(table)
     if args.md:
@@ -143,7 +194,7 @@ def main():
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"device": str(device), "eventide": ours, "torch": theirs,
-                       "torch_note": torch_note}, f, indent=2)
+                       "torch_note": torch_note, "matmul": mm}, f, indent=2)
 
 
 if __name__ == "__main__":

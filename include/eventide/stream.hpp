@@ -54,6 +54,9 @@ class Stream {
   static Stream from_native(Device device, void* native_stream);
 
   Device device() const;
+  // The native stream (a cudaStream_t on CUDA), for launching your own device work in this
+  // stream's order; null on the CPU.
+  void* native_handle() const;
   // A number unique among this process's streams.
   std::uint64_t id() const;
   // "cpu stream 3".
@@ -77,12 +80,15 @@ class Stream {
   // Why the stream is broken (a wait on a failed event), else null.
   std::exception_ptr error() const;
 
-  // Enqueues host code `fn` on this stream: it runs after the work enqueued before it and
-  // after the ops that produced `reads` and `writes`, and ops enqueued later that use
-  // `writes` wait for it. If `fn` throws, the returned event fails with an OpError (cause:
-  // what it threw), and so does later work that reads `writes`. `fn` may touch the contents
-  // of `reads` and `writes` (Tensor::data) and nothing else of eventide's memory. On the CPU
-  // it runs on the stream's worker thread. Returns an event recorded on it.
+  // Enqueues user work `fn` on this stream, ordered after the work enqueued before it and
+  // after the ops that produced `reads` and `writes`; ops enqueued later that use `writes`
+  // wait for it. If `fn` throws, the returned event fails with an OpError (cause: what it
+  // threw), and so does later work that reads `writes`. Returns an event recorded on it.
+  //  * CPU streams: `fn` is the work. It runs on the stream's worker thread and may touch the
+  //    contents of `reads` and `writes` (Tensor::data) and nothing else of eventide's memory.
+  //  * CUDA streams: `fn` launches the work. It runs at once, on the calling thread, after
+  //    the stream has been made to wait (on the GPU) for what the work depends on; it launches
+  //    kernels on native_handle(), and the work is done when they are.
   template <class F>
   Event enqueue(std::string name, F&& fn, std::vector<Tensor> reads = {},
                 std::vector<Tensor> writes = {}) {

@@ -70,8 +70,9 @@ class Tensor {
   // The same tensor when it is already there.
   Tensor to(Device device) const;
 
-  // The memory of a CPU tensor, for code run by Stream::enqueue. No ordering is implied:
-  // only read it after the producer has finished. InvalidArgument for other devices.
+  // The tensor's memory: host memory on the CPU, a device pointer on a GPU (for kernels
+  // launched through Stream::enqueue). No ordering is implied: use it in work ordered after
+  // the producer (enqueue with the tensor in reads or writes), or after a wait.
   void* data_ptr() const;
   template <class T>
   T* data() const {

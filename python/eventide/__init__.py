@@ -39,6 +39,7 @@ from ._eventide import (  # noqa: F401  (re-exported)
     UserEvent,
     __version__,
     add,
+    allow_tf32,
     bfloat16,
     current_stream,
     default_device,
@@ -62,6 +63,7 @@ from ._eventide import (  # noqa: F401  (re-exported)
     ones,
     rand,
     randn,
+    set_allow_tf32,
     synchronize,
     tensor,
     wait_any,
@@ -71,10 +73,11 @@ from . import _eventide
 
 __all__ = [
     "Device", "DeviceError", "Event", "EventideError", "EventStateError", "InvalidArgumentError",
-    "OpError", "Stream", "Tensor", "UserEvent", "add", "bfloat16", "current_stream",
+    "OpError", "Stream", "Tensor", "UserEvent", "add", "allow_tf32", "bfloat16", "current_stream",
     "default_device", "default_stream", "device_info", "devices", "dtype", "empty", "float16",
     "float32", "float64", "from_dlpack", "from_numpy", "full", "int32", "int64", "is_available",
-    "manual_seed", "matmul", "mul", "ones", "rand", "randn", "stream", "synchronize", "tensor",
+    "manual_seed", "matmul", "mul", "ones", "rand", "randn", "set_allow_tf32", "stream",
+    "synchronize", "tensor",
     "wait_all", "wait_all_async", "wait_any", "wait_any_async", "zeros",
 ]
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -233,6 +234,36 @@ py::object wait_any_events(const py::sequence& seq, const py::object& timeout) {
                                  parse_timeout(timeout));
   if (!done) return py::none();
   return py::int_(*index);
+}
+
+// --- Foreign streams ---------------------------------------------------------------------------
+
+// A DLPack / CUDA stream number: 1 is the legacy default stream, 2 the per-thread one, others
+// a cudaStream_t.
+void* native_from_number(std::intptr_t n) {
+  if (n == 1) return reinterpret_cast<void*>(std::intptr_t{0x1});  // cudaStreamLegacy
+  if (n == 2) return reinterpret_cast<void*>(std::intptr_t{0x2});  // cudaStreamPerThread
+  return reinterpret_cast<void*>(n);
+}
+
+// A Stream over someone else's: torch.cuda.Stream (.cuda_stream, .device) or any object with
+// __cuda_stream__ (returns (version, handle)). nullopt for anything else.
+std::optional<Stream> foreign_stream(const py::object& obj) {
+  if (obj.is_none() || py::isinstance<py::str>(obj) || py::isinstance<Device>(obj)) return std::nullopt;
+  std::optional<std::intptr_t> handle;
+  if (py::hasattr(obj, "__cuda_stream__")) {
+    py::object v = obj.attr("__cuda_stream__");
+    if (PyCallable_Check(v.ptr())) v = v();
+    handle = v.cast<py::tuple>()[1].cast<std::intptr_t>();
+  } else if (py::hasattr(obj, "cuda_stream")) {
+    handle = obj.attr("cuda_stream").cast<std::intptr_t>();
+  }
+  if (!handle) return std::nullopt;
+  Device device = Device::cuda(0);
+  if (py::hasattr(obj, "device")) {
+    if (auto d = to_device(obj.attr("device"))) device = *d;
+  }
+  return Stream::from_native(device, native_from_number(*handle));
 }
 
 // --- Streams as context managers -----------------------------------------------------------
@@ -581,8 +612,21 @@ py::capsule dlpack_method(const Tensor& t, const py::object& stream, const py::o
   if (s.device.is_cpu() && !stream.is_none()) {
     throw py::buffer_error("__dlpack__: stream must be None for a cpu tensor");
   }
-  // The consumer reads the memory as soon as it has the capsule: the producer must be done.
-  wait_tensor(t);
+  if (!s.device.is_cpu() && !stream.is_none()) {
+    // The handshake: the consumer's stream waits, on the GPU, for the tensor's producer
+    // (-1: the consumer asks for no ordering).
+    std::intptr_t number = stream.cast<std::intptr_t>();
+    if (number != -1) {
+      sync_current_streams();
+      Stream consumer = Stream::from_native(s.device, native_from_number(number));
+      Event e(s.device);
+      e.record(t);
+      consumer.wait(e);
+    }
+  } else {
+    // The consumer reads the memory as soon as it has the capsule: the producer must be done.
+    wait_tensor(t);
+  }
   Tensor out = t;
   if (!copy.is_none() && copy.cast<bool>()) {
     sync_current_streams();
@@ -623,11 +667,23 @@ class DlpackStorage final : public detail::Storage {
 Tensor from_dlpack(const py::object& obj) {
   py::object cap = obj;
   if (py::hasattr(obj, "__dlpack__")) {
+    // For GPU memory, the producer makes our current stream of that device wait for it.
+    py::object stream = py::none();
+    if (py::hasattr(obj, "__dlpack_device__")) {
+      auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
+      if (dev.first == kDLCUDA) {
+        sync_current_streams();
+        Device d = Device::cuda(dev.second);
+        if (!is_available(d)) throw InvalidArgument("from_dlpack: " + d.str() + " is not available");
+        stream = py::int_(reinterpret_cast<std::intptr_t>(Stream::current(d).native_handle()));
+      }
+    }
     try {
-      cap = obj.attr("__dlpack__")("max_version"_a = py::make_tuple(1, 0));
+      cap = obj.attr("__dlpack__")("stream"_a = stream, "max_version"_a = py::make_tuple(1, 0));
     } catch (const py::error_already_set& e) {
       if (!e.matches(PyExc_TypeError)) throw;
-      cap = obj.attr("__dlpack__")();  // a producer that predates DLPack 1.0
+      // A producer that predates DLPack 1.0.
+      cap = stream.is_none() ? obj.attr("__dlpack__")() : obj.attr("__dlpack__")("stream"_a = stream);
     }
   }
   if (!PyCapsule_CheckExact(cap.ptr())) {
@@ -673,7 +729,14 @@ Tensor from_dlpack(const py::object& obj) {
   // Ownership moves to the storage: the capsule is marked consumed.
   PyCapsule_SetName(cap.ptr(), versioned ? "used_dltensor_versioned" : "used_dltensor");
   detail::Ref<detail::Storage> storage(new DlpackStorage(data, bytes, device, managed, versioned));
-  return wrap(std::move(shape), *dtype, device, std::move(storage));
+  Tensor out = wrap(std::move(shape), *dtype, device, std::move(storage));
+  if (!device.is_cpu()) {
+    // The producer ordered our current stream after its work; an op there stands for that
+    // work, so that every stream that uses the tensor is ordered after it too.
+    auto stream = detail::Runtime::get().current_stream(device);
+    stream->launch("from_dlpack", {}, {out.state().get()}, detail::Callback());
+  }
+  return out;
 }
 
 // --- Reprs ---------------------------------------------------------------------------------
@@ -916,8 +979,21 @@ PYBIND11_MODULE(_eventide, m) {
 
   // --- Streams ---
   py::class_<Stream>(m, "Stream", "An in-order queue of device work.")
-      .def(py::init([](const py::object& device) { return Stream(device_or_default(device)); }),
-           "device"_a = py::none())
+      .def(py::init([](const py::object& device) {
+             if (auto native = foreign_stream(device)) return *native;
+             return Stream(device_or_default(device));
+           }),
+           "device"_a = py::none(),
+           "Stream(device=None): a new stream; Stream(torch_stream) or Stream(obj with "
+           "__cuda_stream__): one over that stream (not owned)")
+      .def_static("from_native",
+                  [](const py::object& device, std::uintptr_t handle) {
+                    return Stream::from_native(device_or_default(device), reinterpret_cast<void*>(handle));
+                  },
+                  "device"_a, "handle"_a, "A stream over a native cudaStream_t (an int), not owned.")
+      .def_property_readonly("native_handle", [](const Stream& s) {
+        return reinterpret_cast<std::uintptr_t>(s.native_handle());
+      })
       .def_property_readonly("device", &Stream::device)
       .def_property_readonly("id", &Stream::id)
       .def("wait", [](Stream& s, const Event& e) { s.wait(e); }, "event"_a)
@@ -1065,6 +1141,9 @@ PYBIND11_MODULE(_eventide, m) {
     DeviceInfo info = device_info(device_or_default(d));
     return py::dict("device"_a = info.device, "name"_a = info.name, "description"_a = info.description);
   }, "device"_a = py::none());
+  m.def("set_allow_tf32", &set_allow_tf32, "allow"_a,
+        "Let f32 matmul on GPUs use TF32 tensor cores (off by default, as in PyTorch).");
+  m.def("allow_tf32", &allow_tf32);
   m.attr("__version__") = std::string(version());
 
   // At interpreter exit (after non-daemon threads have finished): no runtime thread may touch

@@ -201,6 +201,7 @@ Stream Stream::from_native(Device device, void* native_stream) {
 }
 
 Device Stream::device() const { return state_->device(); }
+void* Stream::native_handle() const { return state_->native_handle(); }
 std::uint64_t Stream::id() const { return state_->id(); }
 std::string Stream::str() const { return state_->name(); }
 

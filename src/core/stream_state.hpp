@@ -76,6 +76,8 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   std::exception_ptr error() const;
   // A failure of the whole device (a GPU's sticky error), else null: synchronize raises it.
   virtual std::exception_ptr device_error() const { return nullptr; }
+  // The native stream (cudaStream_t), null where there is none.
+  virtual void* native_handle() const noexcept { return nullptr; }
 
  protected:
   // Takes `work` (sequence number, deps and body set; or an error already set, then it must

@@ -68,14 +68,7 @@ Tensor Tensor::to(Device device) const {
   return Tensor(copier.backend().kernels().transfer(const_cast<detail::TensorState&>(s), device));
 }
 
-void* Tensor::data_ptr() const {
-  const auto& s = checked(state_, "data_ptr");
-  if (!s.device.is_cpu()) {
-    throw InvalidArgument("Tensor::data_ptr: the tensor is on " + s.device.str() +
-                          "; only cpu memory is host-addressable (use to_vector or to(\"cpu\"))");
-  }
-  return s.storage->data();
-}
+void* Tensor::data_ptr() const { return checked(state_, "data_ptr").storage->data(); }
 
 void Tensor::add_completion_callback_impl(detail::Callback fn) const {
   const auto& s = checked(state_, "add_completion_callback");

@@ -84,6 +84,7 @@ class CudaStream final : public detail::StreamState {
   detail::Ref<Storage> workspace(std::size_t bytes);
   CudaDevice& owner() const noexcept { return owner_; }
   std::exception_ptr device_error() const override;
+  void* native_handle() const noexcept override { return handle_; }
 
   // For the watcher: retires what has finished; true if work is still in flight.
   bool retire() noexcept;

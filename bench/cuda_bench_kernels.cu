@@ -1,0 +1,40 @@
+// Kernels for bench/cuda_bench.cpp: a kernel that holds until the host releases it (to time
+// how long the host takes to notice the end of GPU work), and one that spins a set time and
+// records its own start and end.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace bench {
+
+__device__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spins until *gate >= value (host-written pinned memory), then writes *done = value.
+__global__ void hold_kernel(const volatile std::uint64_t* gate, std::uint64_t value,
+                            volatile std::uint64_t* done) {
+  while (*gate < value) {
+  }
+  __threadfence_system();
+  if (done) *done = value;
+}
+
+__global__ void spin_kernel(long long ns, unsigned long long* stamps) {
+  unsigned long long start = globaltimer(), now = start;
+  while (static_cast<long long>(now - start) < ns) now = globaltimer();
+  stamps[0] = start;
+  stamps[1] = globaltimer();
+}
+
+void hold(const std::uint64_t* gate, std::uint64_t value, std::uint64_t* done, cudaStream_t s) {
+  hold_kernel<<<1, 1, 0, s>>>(gate, value, done);
+}
+
+void spin(long long ns, unsigned long long* stamps, cudaStream_t s) {
+  spin_kernel<<<1, 1, 0, s>>>(ns, stamps);
+}
+
+}  // namespace bench

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Everything about the CUDA backend, in one go, on a machine with a GPU: builds eventide with
+# the CUDA backend and the Python package, runs every C++ test (the GPU ones included), the
+# Python tests (test_cuda.py on cuda:0 among them), `eventide demo` on the GPU, the GPU
+# benchmarks beside the raw CUDA calls, cuBLASLt and PyTorch, and the GPU tests under
+# compute-sanitizer. Logs and results go to $OUT (the device tool's output folder) or
+# ./gpu-check-out; summary.txt says what passed.
+#
+#   scripts/gpu-check.sh [build|test|bench|sanitize|all]...     (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-$PWD/gpu-check-out}
+build=${BUILD:-/tmp/eventide-gpu}
+py=${PYTHON:-$(command -v python3)}
+jobs=$(nproc)
+mkdir -p "$out"
+summary="$out/summary.txt"
+steps=("${@:-all}")
+want() { [[ " ${steps[*]} " == *" all "* || " ${steps[*]} " == *" $1 "* ]]; }
+note() { echo "$*" | tee -a "$summary"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
+note "gpu: $(cat "$out/gpu.txt")"
+
+if want build || want test || want bench || want sanitize; then
+  pybind11_dir=$("$py" -m pybind11 --cmakedir 2>/dev/null)
+  if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEVENTIDE_WITH_CUDA=ON \
+       -DEVENTIDE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" ${pybind11_dir:+-Dpybind11_DIR=$pybind11_dir} \
+       > "$out/build.log" 2>&1 && cmake --build "$build" -j "$jobs" >> "$out/build.log" 2>&1; then
+    note "build: ok"
+  else
+    note "build: FAILED (build.log)"
+    tail -40 "$out/build.log"
+    exit 1
+  fi
+fi
+
+if want test; then
+  (cd "$build" && ctest -j 8 --timeout 300 --output-on-failure) > "$out/ctest.log" 2>&1
+  note "ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
+  "$build/tests/cpp/cuda_test" > "$out/cuda_test.log" 2>&1
+  note "cuda_test: $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_test.log" | tr '\n' ' ')"
+  "$build/tools/eventide" info > "$out/demo.log" 2>&1
+  "$build/tools/eventide" demo >> "$out/demo.log" 2>&1
+  note "demo on $(sed -n 's/^default device: \([^ ]*\).*/\1/p' "$out/demo.log"): $(tail -1 "$out/demo.log")"
+  PYTHONPATH="$build/python" "$py" -m pytest tests/python -q -p no:cacheprovider > "$out/pytest.log" 2>&1
+  note "pytest: $(tail -1 "$out/pytest.log")"
+fi
+
+if want bench; then
+  "$build/bench/eventide_bench_cuda" --out="$out/bench_cuda.json" > "$out/bench_cuda.md" 2>&1
+  note "bench cuda: $(grep 'Goals met' "$out/bench_cuda.md")"
+  PYTHONPATH="$build/python" "$py" bench/python_bench.py --device cuda:0 \
+    --json "$out/bench_python.json" --md "$out/bench_python.md" > /dev/null 2>&1
+  note "bench python: $(grep -c '| yes |' "$out/bench_python.md") goals met, $(grep -c 'no\*\*' "$out/bench_python.md") missed"
+fi
+
+if want sanitize; then
+  if command -v compute-sanitizer > /dev/null; then
+    filter='CudaTest.*:-CudaTest.TimeElapsed*:CudaTest.OutOfMemory*'
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        "$build/tests/cpp/cuda_test" --gtest_filter="$filter" > "$out/sanitizer_$tool.log" 2>&1
+      note "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer_$tool.log" | tail -1))"
+    done
+  else
+    note "compute-sanitizer: not installed here"
+  fi
+fi
+cat "$summary"

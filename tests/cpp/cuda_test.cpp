@@ -1,0 +1,503 @@
+// The CUDA backend, on a real GPU. Every test skips, saying why, where there is no GPU (CI);
+// scripts/gpu-check.sh runs them on the GPU machine.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include <eventide/eventide.hpp>
+
+#include "backends/cuda/cuda_kernels.hpp"
+#include "test_util.hpp"
+
+namespace ev = eventide;
+using namespace std::chrono_literals;
+using eventide_test::run_with_deadline;
+
+namespace {
+
+const ev::Device kGpu = ev::Device::cuda(0);
+
+#define REQUIRE_GPU()                                                                    \
+  do {                                                                                   \
+    if (!ev::is_available(kGpu)) {                                                       \
+      GTEST_SKIP() << "no CUDA device here (" << why_no_gpu() << "): run scripts/gpu-check.sh " \
+                      "on a machine with a GPU";                                         \
+    }                                                                                    \
+  } while (0)
+
+std::string why_no_gpu() {
+  try {
+    ev::device_info(kGpu);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "?";
+}
+
+std::vector<float> cpu_matmul(const std::vector<float>& a, const std::vector<float>& b, int m, int k,
+                              int n) {
+  std::vector<float> c(static_cast<std::size_t>(m) * n, 0.0f);
+  for (int i = 0; i < m; ++i)
+    for (int p = 0; p < k; ++p)
+      for (int j = 0; j < n; ++j) c[i * n + j] += a[i * k + p] * b[p * n + j];
+  return c;
+}
+
+// A kernel spinning `ns` on the GPU, launched in `s`'s order through Stream::enqueue; its own
+// start and end (GPU clock) land in `stamps` (device memory, 2 words).
+ev::Event spin_on(ev::Stream& s, std::int64_t ns, unsigned long long* stamps,
+                  std::vector<ev::Tensor> writes = {}) {
+  cudaStream_t h = static_cast<cudaStream_t>(s.native_handle());
+  return s.enqueue("spin", [=] { eventide::backends::cuda::kernels::spin(ns, stamps, h); }, {},
+                   std::move(writes));
+}
+
+struct DeviceWords {
+  unsigned long long* p = nullptr;
+  DeviceWords() { cudaMalloc(&p, 64 * sizeof(unsigned long long)); }
+  ~DeviceWords() { cudaFree(p); }
+  std::vector<unsigned long long> read(int n) {
+    std::vector<unsigned long long> h(n);
+    cudaMemcpy(h.data(), p, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
+    return h;
+  }
+};
+
+}  // namespace
+
+TEST(CudaTest, TheGpuIsFoundAndDescribed) {
+  REQUIRE_GPU();
+  auto all = ev::devices();
+  EXPECT_NE(std::find(all.begin(), all.end(), kGpu), all.end());
+  if (!std::getenv("EVENTIDE_DEVICE")) EXPECT_EQ(ev::default_device(), kGpu);
+  ev::DeviceInfo info = ev::device_info(kGpu);
+  EXPECT_FALSE(info.name.empty());
+  EXPECT_NE(info.description.find("SMs"), std::string::npos) << info.description;
+  std::printf("%s: %s\n", info.name.c_str(), info.description.c_str());
+}
+
+TEST(CudaTest, CreationOpsAndCopiesBackToTheHost) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    EXPECT_EQ(ev::full({3, 4}, 2.5, ev::DType::f32, kGpu).to_vector<float>(), std::vector<float>(12, 2.5f));
+    EXPECT_EQ(ev::zeros({5}, ev::DType::f64, kGpu).to_vector<double>(), std::vector<double>(5, 0.0));
+    EXPECT_EQ(ev::ones({4}, ev::DType::i64, kGpu).to_vector<std::int64_t>(), std::vector<std::int64_t>(4, 1));
+    std::vector<std::int32_t> v{1, -2, 3, -4, 5, -6};
+    ev::Tensor t = ev::from_host(v.data(), {2, 3}, kGpu);
+    EXPECT_EQ(t.device(), kGpu);
+    EXPECT_EQ(t.to_vector<std::int32_t>(), v);
+    EXPECT_TRUE(ev::empty({0}, ev::DType::f32, kGpu).to_vector<float>().empty());
+  });
+}
+
+TEST(CudaTest, RandMatchesTheCpuForTheSameSeed) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    for (ev::DType dt : {ev::DType::f32, ev::DType::f64}) {
+      ev::manual_seed(1234);
+      auto gpu = ev::rand({1001}, dt, kGpu);
+      auto gpu_n = ev::randn({1001}, dt, kGpu);
+      ev::manual_seed(1234);
+      auto cpu = ev::rand({1001}, dt, ev::Device::cpu());
+      auto cpu_n = ev::randn({1001}, dt, ev::Device::cpu());
+      if (dt == ev::DType::f32) {
+        EXPECT_EQ(gpu.to_vector<float>(), cpu.to_vector<float>());  // uniform: bit for bit
+        auto a = gpu_n.to_vector<float>(), b = cpu_n.to_vector<float>();
+        for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4) << i;
+      } else {
+        EXPECT_EQ(gpu.to_vector<double>(), cpu.to_vector<double>());
+        auto a = gpu_n.to_vector<double>(), b = cpu_n.to_vector<double>();
+        for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-9) << i;
+      }
+    }
+  });
+}
+
+TEST(CudaTest, ElementwiseOpsForEveryDtype) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    std::vector<std::int64_t> a{1, 2, 3, INT64_MAX}, b{10, 20, 30, 1};
+    auto ta = ev::from_host(a.data(), {4}, kGpu), tb = ev::from_host(b.data(), {4}, kGpu);
+    EXPECT_EQ(ev::add(ta, tb).to_vector<std::int64_t>(), (std::vector<std::int64_t>{11, 22, 33, INT64_MIN}));
+    EXPECT_EQ(ev::mul(ta, tb).to_vector<std::int64_t>(), (std::vector<std::int64_t>{10, 40, 90, INT64_MAX}));
+    std::vector<float> x{1.5f, -2.0f}, y{2.0f, 4.0f};
+    auto tx = ev::from_host(x.data(), {2}, kGpu), ty = ev::from_host(y.data(), {2}, kGpu);
+    EXPECT_EQ((tx + ty).to_vector<float>(), (std::vector<float>{3.5f, 2.0f}));
+    EXPECT_EQ((tx * ty).to_vector<float>(), (std::vector<float>{3.0f, -8.0f}));
+    // f16 and bf16 compute on the GPU; read back through the CPU as raw bits.
+    for (ev::DType dt : {ev::DType::f16, ev::DType::bf16}) {
+      auto h = ev::add(ev::full({8}, 1.5, dt, kGpu), ev::full({8}, 2.0, dt, kGpu)).to(ev::Device::cpu());
+      h.wait();
+      const auto* bits = static_cast<const std::uint16_t*>(h.data_ptr());
+      std::uint16_t want = dt == ev::DType::f16 ? 0x4300 : 0x4060;  // 3.5
+      EXPECT_EQ(bits[0], want) << ev::name(dt);
+    }
+  });
+}
+
+TEST(CudaTest, MatmulAgreesWithTheCpuForEveryDtype) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    const int m = 67, k = 129, n = 33;
+    ev::manual_seed(7);
+    auto a = ev::randn({m, k}, ev::DType::f32, ev::Device::cpu());
+    auto b = ev::randn({k, n}, ev::DType::f32, ev::Device::cpu());
+    auto want = cpu_matmul(a.to_vector<float>(), b.to_vector<float>(), m, k, n);
+    auto got = ev::matmul(a.to(kGpu), b.to(kGpu)).to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-3) << i;
+
+    // f64.
+    std::vector<double> ad(m * k), bd(k * n);
+    auto av = a.to_vector<float>(), bv = b.to_vector<float>();
+    std::copy(av.begin(), av.end(), ad.begin());
+    std::copy(bv.begin(), bv.end(), bd.begin());
+    auto gd = ev::matmul(ev::from_host(ad.data(), {m, k}, kGpu), ev::from_host(bd.data(), {k, n}, kGpu))
+                  .to_vector<double>();
+    for (std::size_t i = 0; i < gd.size(); ++i) EXPECT_NEAR(gd[i], want[i], 1e-3) << i;
+
+    // Batched.
+    auto ba = ev::rand({3, 8, 5}, ev::DType::f32, kGpu), bb = ev::rand({3, 5, 4}, ev::DType::f32, kGpu);
+    auto bc = ev::matmul(ba, bb);
+    EXPECT_EQ(bc.shape(), (ev::Shape{3, 8, 4}));
+    auto bav = ba.to_vector<float>(), bbv = bb.to_vector<float>(), bcv = bc.to_vector<float>();
+    for (int i = 0; i < 3; ++i) {
+      auto w = cpu_matmul(std::vector<float>(bav.begin() + i * 40, bav.begin() + (i + 1) * 40),
+                          std::vector<float>(bbv.begin() + i * 20, bbv.begin() + (i + 1) * 20), 8, 5, 4);
+      for (int j = 0; j < 32; ++j) EXPECT_NEAR(bcv[i * 32 + j], w[j], 1e-4);
+    }
+
+    // f16 and bf16: inputs of ones, so the exact result is k.
+    for (ev::DType dt : {ev::DType::f16, ev::DType::bf16}) {
+      auto c = ev::matmul(ev::ones({16, 64}, dt, kGpu), ev::ones({64, 8}, dt, kGpu)).to(ev::Device::cpu());
+      c.wait();
+      const auto* bits = static_cast<const std::uint16_t*>(c.data_ptr());
+      std::uint16_t want64 = dt == ev::DType::f16 ? 0x5400 : 0x4280;  // 64.0
+      EXPECT_EQ(bits[0], want64) << ev::name(dt);
+    }
+
+    // TF32 only when allowed: the op says so in its name, and stays close.
+    ev::set_allow_tf32(true);
+    ev::Event e;
+    auto t = ev::matmul(a.to(kGpu), b.to(kGpu));
+    e.record(t);
+    e.wait();
+    ev::set_allow_tf32(false);
+    auto tv = t.to_vector<float>();
+    for (std::size_t i = 0; i < tv.size(); ++i) EXPECT_NEAR(tv[i], want[i], 0.1) << i;
+  });
+}
+
+TEST(CudaTest, EventsTrackGpuWork) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s(kGpu);
+    DeviceWords w;
+    ev::Event e;
+    {
+      ev::StreamGuard g(s);
+      e.record(ev::zeros({4}, ev::DType::f32, kGpu));
+    }
+    e.wait();
+    spin_on(s, 20'000'000, w.p);  // 20 ms
+    ev::Event f(kGpu);
+    f.record(s);
+    EXPECT_FALSE(f.poll());
+    EXPECT_FALSE(s.query());
+    EXPECT_FALSE(f.wait_for(1ms));
+    f.wait();
+    EXPECT_TRUE(f.poll());
+    EXPECT_TRUE(s.query());
+    EXPECT_GE(f.time_elapsed().count(), 19'000.0);
+    EXPECT_EQ(f.device(), kGpu);
+  });
+}
+
+TEST(CudaTest, TimeElapsedIsTheKernelsOwnTimeWithinOneMicrosecond) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s(kGpu);
+    DeviceWords w;
+    double worst = 0;
+    for (int i = 0; i < 20; ++i) {
+      ev::Event e = spin_on(s, 10'000, w.p);  // ~10 µs by the GPU's own clock
+      e.wait();
+      auto stamps = w.read(2);
+      double own_us = static_cast<double>(stamps[1] - stamps[0]) / 1e3;
+      double ours = e.time_elapsed().count();
+      worst = std::max(worst, std::abs(ours - own_us));
+      if (i == 0) std::printf("kernel's own %.2f us, time_elapsed %.2f us\n", own_us, ours);
+    }
+    std::printf("largest difference over 20 kernels: %.3f us\n", worst);
+    const char* mode = std::getenv("EVENTIDE_CUDA_TIMING");
+    if (!mode || std::string(mode) == "cupti") EXPECT_LE(worst, 1.0);
+  });
+}
+
+TEST(CudaTest, AnOpOnAnotherStreamWaitsForItsInputOnTheGpu) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s1(kGpu), s2(kGpu);
+    DeviceWords w;
+    ev::Tensor x = ev::zeros({1 << 16}, ev::DType::f32, kGpu);
+    x.wait();
+    // s1 writes x after a 30 ms spin; s2 reads it: the add must see the write.
+    spin_on(s1, 30'000'000, w.p, {x});
+    {
+      ev::StreamGuard g(s1);
+      x = ev::add(x, ev::ones({1 << 16}, ev::DType::f32, kGpu));
+    }
+    ev::Tensor y;
+    {
+      ev::StreamGuard g(s2);
+      y = ev::add(x, x);
+    }
+    EXPECT_FALSE(y.ready());
+    auto v = y.to_vector<float>();
+    EXPECT_EQ(v.front(), 2.0f);
+    EXPECT_EQ(v.back(), 2.0f);
+  });
+}
+
+TEST(CudaTest, AUserEventGatesAGpuStreamWithoutTheHost) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::UserEvent go;
+    ev::Stream s(kGpu);
+    s.wait(go);
+    ev::Tensor t;
+    {
+      ev::StreamGuard g(s);
+      t = ev::full({256}, 3.0, ev::DType::f32, kGpu);
+    }
+    std::this_thread::sleep_for(20ms);
+    EXPECT_FALSE(t.ready());
+    EXPECT_FALSE(s.query());
+    go.set();
+    EXPECT_EQ(t.to_vector<float>(), std::vector<float>(256, 3.0f));
+
+    // A failed gate fails the work behind it, and the stream stays broken.
+    ev::UserEvent bad;
+    ev::Stream s2(kGpu);
+    s2.wait(bad);
+    ev::Tensor u;
+    {
+      ev::StreamGuard g(s2);
+      u = ev::ones({4}, ev::DType::f32, kGpu);
+    }
+    bad.fail(std::make_exception_ptr(std::runtime_error("loader failed")));
+    EXPECT_THROW(u.wait(), ev::OpError);
+    EXPECT_NE(s2.error(), nullptr);
+  });
+}
+
+TEST(CudaTest, ACpuOpWaitsForGpuWorkItReads) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s(kGpu);
+    DeviceWords w;
+    ev::Tensor g = ev::zeros({1024}, ev::DType::f32, kGpu);
+    spin_on(s, 20'000'000, w.p, {g});
+    {
+      ev::StreamGuard guard(s);
+      g = ev::add(g, ev::full({1024}, 5.0, ev::DType::f32, kGpu));
+    }
+    ev::Tensor host = g.to(ev::Device::cpu());  // asynchronous: pinned memory, a CUDA op
+    EXPECT_EQ(host.device(), ev::Device::cpu());
+    ev::Tensor doubled = ev::add(host, host);  // a CPU op waiting for the GPU
+    EXPECT_EQ(doubled.to_vector<float>(), std::vector<float>(1024, 10.0f));
+    // And back: a CPU op's output feeding a GPU op.
+    auto back = ev::add(doubled.to(kGpu), ev::ones({1024}, ev::DType::f32, kGpu));
+    EXPECT_EQ(back.to_vector<float>(), std::vector<float>(1024, 11.0f));
+  });
+}
+
+TEST(CudaTest, CallbacksRunOnceAndASlowOneDoesNotDelayTheStream) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s(kGpu);
+    DeviceWords w;
+    std::atomic<int> calls{0};
+    std::atomic<bool> slow_done{false};
+    ev::Event first = spin_on(s, 1'000'000, w.p);
+    first.add_callback([&] {
+      std::this_thread::sleep_for(10ms);
+      slow_done = true;
+      ++calls;
+    });
+    ev::Event second = spin_on(s, 1'000, w.p + 8);
+    second.wait();
+    // The next op finished while the 10 ms callback was still sleeping.
+    EXPECT_FALSE(slow_done.load());
+    first.wait();
+    for (int i = 0; i < 200 && calls.load() == 0; ++i) std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(calls.load(), 1);
+  });
+}
+
+TEST(CudaTest, MemoryLivesUntilTheOpsUsingItHaveFinished) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s(kGpu);
+    DeviceWords w;
+    ev::Tensor out;
+    {
+      ev::Tensor a = ev::full({1 << 20}, 2.0, ev::DType::f32, kGpu);
+      ev::Tensor b = ev::full({1 << 20}, 3.0, ev::DType::f32, kGpu);
+      a.wait();
+      b.wait();
+      spin_on(s, 20'000'000, w.p, {a});
+      ev::StreamGuard g(s);
+      out = ev::mul(a, b);
+      // a and b are dropped here while the op is queued behind the spin.
+    }
+    // Allocations meanwhile must not reuse their memory.
+    std::vector<ev::Tensor> churn;
+    for (int i = 0; i < 8; ++i) churn.push_back(ev::full({1 << 20}, 9.0, ev::DType::f32, kGpu));
+    auto v = out.to_vector<float>();
+    EXPECT_EQ(v.front(), 6.0f);
+    EXPECT_EQ(v.back(), 6.0f);
+  });
+}
+
+TEST(CudaTest, OutOfMemoryIsADeviceErrorAndTheDeviceGoesOn) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    try {
+      ev::empty({std::int64_t{1} << 50}, ev::DType::f32, kGpu);
+      FAIL() << "a 4 PiB allocation succeeded";
+    } catch (const ev::DeviceError& e) {
+      EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(ev::ones({3}, ev::DType::f32, kGpu).to_vector<float>(), std::vector<float>(3, 1.0f));
+  });
+}
+
+TEST(CudaTest, AForeignStreamCanBeWrappedAndIsNotDestroyed) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    cudaSetDevice(0);
+    cudaStream_t mine;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking), cudaSuccess);
+    DeviceWords w;
+    {
+      ev::Stream s = ev::Stream::from_native(kGpu, mine);
+      EXPECT_EQ(s.native_handle(), static_cast<void*>(mine));
+      // Work launched directly on the native stream, then recorded through eventide.
+      eventide::backends::cuda::kernels::spin(5'000'000, w.p, mine);
+      ev::Event e(kGpu);
+      e.record(s);  // ties nothing eventide launched: the stream had no eventide op yet
+      ev::StreamGuard g(s);
+      ev::Tensor t = ev::full({16}, 1.0, ev::DType::f32, kGpu);
+      ev::Event after;
+      after.record(t);
+      after.wait();
+      EXPECT_EQ(cudaStreamQuery(mine), cudaSuccess);  // the spin before it has finished too
+    }
+    EXPECT_EQ(cudaStreamSynchronize(mine), cudaSuccess);  // still a valid stream
+    cudaStreamDestroy(mine);
+    EXPECT_THROW(ev::Stream::from_native(kGpu, nullptr), ev::InvalidArgument);
+    EXPECT_THROW(ev::Stream::from_native(ev::Device::cpu(), mine), ev::InvalidArgument);
+  });
+}
+
+TEST(CudaTest, WaitAnyAndSynchronizeAcrossStreams) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream slow(kGpu), fast(kGpu);
+    DeviceWords w;
+    ev::Event e_slow = spin_on(slow, 50'000'000, w.p);
+    ev::Event e_fast = spin_on(fast, 1'000, w.p + 8);
+    auto i = ev::wait_any({e_slow, e_fast}, 10s);
+    ASSERT_TRUE(i.has_value());
+    EXPECT_EQ(*i, 1u);
+    EXPECT_FALSE(e_slow.poll());
+    ev::synchronize(kGpu);
+    EXPECT_TRUE(e_slow.poll());
+  });
+}
+
+// A kernel that traps leaves the context with a sticky error: every later wait and
+// synchronize must raise promptly, and no call may hang. Run in a child process (the error
+// poisons the whole process's context).
+[[noreturn]] void sticky_error_child() {
+  alarm(60);  // a hang fails the test
+  ev::Stream s(kGpu);
+  cudaStream_t h = static_cast<cudaStream_t>(s.native_handle());
+  ev::Event trapped = s.enqueue("trap", [h] { eventide::backends::cuda::kernels::trap(h); });
+  ev::Tensor later;
+  {
+    ev::StreamGuard g(s);
+    later = ev::ones({4}, ev::DType::f32, kGpu);
+  }
+  bool wait_raised = false, sync_raised = false, op_raised = false;
+  try {
+    trapped.wait();
+  } catch (const ev::Error&) {
+    wait_raised = true;
+  }
+  try {
+    ev::synchronize(kGpu);
+  } catch (const ev::DeviceError&) {
+    sync_raised = true;
+  }
+  try {
+    ev::ones({4}, ev::DType::f32, kGpu);
+  } catch (const ev::DeviceError&) {
+    op_raised = true;
+  }
+  bool later_failed = later.ready() && later.error() != nullptr;
+  std::fprintf(stderr, "wait %d sync %d op %d later %d\n", wait_raised, sync_raised, op_raised,
+               later_failed);
+  std::_Exit(wait_raised && sync_raised && op_raised && later_failed ? 0 : 1);
+}
+
+TEST(CudaDeathTest, AStickyErrorFailsEverythingPromptlyAndNothingHangs) {
+  REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(sticky_error_child(), ::testing::ExitedWithCode(0), "");
+}
+
+// The fallback without stream memory operations (CUDA events, host functions for host-side
+// waits), forced by EVENTIDE_CUDA_MEMOPS=0, in a child process.
+[[noreturn]] void event_fallback_child() {
+  alarm(60);
+  bool ok = ev::device_info(kGpu).description.find("CUDA events") != std::string::npos;
+  ev::UserEvent go;
+  ev::Stream s1(kGpu), s2(kGpu);
+  s1.wait(go);
+  ev::Tensor a, b;
+  {
+    ev::StreamGuard g(s1);
+    a = ev::full({1024}, 2.0, ev::DType::f32, kGpu);
+  }
+  {
+    ev::StreamGuard g(s2);
+    b = ev::add(a, a);  // waits on s1's event, on the GPU
+  }
+  std::this_thread::sleep_for(20ms);
+  ok = ok && !a.ready() && !b.ready();
+  go.set();
+  ok = ok && b.to_vector<float>() == std::vector<float>(1024, 4.0f);
+  ev::Event e;
+  e.record(b);
+  ok = ok && e.wait_for(10s) && e.time_elapsed().count() >= 0;
+  std::fprintf(stderr, "fallback ok %d\n", ok);
+  std::_Exit(ok ? 0 : 1);
+}
+
+TEST(CudaDeathTest, TheEventFallbackOrdersAndCompletesWork) {
+  REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  setenv("EVENTIDE_CUDA_MEMOPS", "0", 1);
+  EXPECT_EXIT(event_fallback_child(), ::testing::ExitedWithCode(0), "");
+  unsetenv("EVENTIDE_CUDA_MEMOPS");
+}
