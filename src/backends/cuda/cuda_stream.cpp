@@ -25,25 +25,6 @@ std::atomic<std::uint64_t>* as_counter(const PinnedWord& w) {
   return reinterpret_cast<std::atomic<std::uint64_t>*>(w.host);
 }
 
-class MirrorListener final : public detail::Listener {
- public:
-  explicit MirrorListener(Ref<Mirror> m) : mirror_(std::move(m)) {}
-  void fire() noexcept override { as_counter(mirror_->word)->store(1, std::memory_order_release); }
-
- private:
-  Ref<Mirror> mirror_;
-};
-
-// Fallback mode: a host function that holds its stream until host-side work has finished.
-struct HostWait {
-  Ref<Work> work;
-  static void CUDART_CB run(void* p) {
-    auto* self = static_cast<HostWait*>(p);
-    detail::wait_for_fence(self->work->timeline(), self->work->seq(), std::nullopt);
-    delete self;
-  }
-};
-
 bool memops_disabled_by_env() {
   const char* env = std::getenv("EVENTIDE_CUDA_MEMOPS");
   return env && std::strcmp(env, "0") == 0;
@@ -108,36 +89,41 @@ Ref<Storage> CudaStream::workspace(std::size_t bytes) {
   return workspace_;
 }
 
-void CudaStream::order_after(const Dep& dep, InFlight& entry, bool& decided_later) {
-  Work& w = *dep.work;
-  if (w.done() || &w.timeline() == &timeline()) return;  // done, or before it on this stream
-  if (dep.kind != DepKind::order) decided_later = true;  // its failure is known only later
-  const Driver* drv = driver();
-  if (auto* other = dynamic_cast<CudaTimeline*>(&w.timeline())) {
-    if (owner_.mem_ops() && other->device().mem_ops()) {
-      check_driver(drv->wait_value64(reinterpret_cast<CUstream>(handle_), other->counter_address(),
-                                     w.seq(), CU_STREAM_WAIT_VALUE_GEQ),
-                   "cuStreamWaitValue64", "(" + name() + " waiting for " + w.describe() + ")");
-    } else if (cudaEvent_t ev = other->device().done_event(w)) {
-      check(cudaStreamWaitEvent(handle_, ev, 0), "cudaStreamWaitEvent",
-            "(" + name() + " waiting for " + w.describe() + ")");
-    }
-    return;
+// Fires when the host-side work the first held op waits for has finished: the watcher
+// launches what can go.
+class ReleaseListener final : public detail::Listener {
+ public:
+  explicit ReleaseListener(std::shared_ptr<CudaStream> s) : stream_(std::move(s)) {}
+  void fire() noexcept override {
+    stream_->release_due_.store(true, std::memory_order_release);
+    stream_->owner_.wake();
   }
-  // Host-side work: a UserEvent, a CPU op.
-  if (owner_.mem_ops()) {
-    auto mirror = detail::make_ref<Mirror>();
-    entry.mirrors.push_back(mirror);
-    check_driver(drv->wait_value64(reinterpret_cast<CUstream>(handle_), mirror->word.device, 1,
-                                   CU_STREAM_WAIT_VALUE_GEQ),
+
+ private:
+  std::shared_ptr<CudaStream> stream_;
+};
+
+const Dep* CudaStream::host_wait(const Work& work) noexcept {
+  for (const Dep& dep : work.deps()) {
+    if (!dep.work->done() && !dynamic_cast<CudaTimeline*>(&dep.work->timeline())) return &dep;
+  }
+  return nullptr;
+}
+
+void CudaStream::order_after(const Dep& dep, bool& decided_later) {
+  Work& w = *dep.work;
+  if (w.done()) return;
+  // Whether it failed is known only once it has finished: this op's error is decided then.
+  if (dep.kind != DepKind::order) decided_later = true;
+  if (&w.timeline() == &timeline()) return;  // before it on this stream: ordered already
+  auto& other = static_cast<CudaTimeline&>(w.timeline());  // host-side deps are done (held)
+  if (owner_.mem_ops() && other.device().mem_ops()) {
+    check_driver(driver()->wait_value64(reinterpret_cast<CUstream>(handle_), other.counter_address(),
+                                        w.seq(), CU_STREAM_WAIT_VALUE_GEQ),
                  "cuStreamWaitValue64", "(" + name() + " waiting for " + w.describe() + ")");
-    // Fires at once if the work finished meanwhile.
-    w.timeline().listen(w.seq(), std::make_unique<MirrorListener>(std::move(mirror)));
-  } else {
-    auto* hold = new HostWait{dep.work};
-    cudaError_t st = cudaLaunchHostFunc(handle_, &HostWait::run, hold);
-    if (st != cudaSuccess) delete hold;
-    check(st, "cudaLaunchHostFunc", "(" + name() + " waiting for " + w.describe() + ")");
+  } else if (cudaEvent_t ev = other.device().done_event(w)) {
+    check(cudaStreamWaitEvent(handle_, ev, 0), "cudaStreamWaitEvent",
+          "(" + name() + " waiting for " + w.describe() + ")");
   }
 }
 
@@ -156,63 +142,113 @@ void CudaStream::publish(InFlight& entry) {
   owner_.set_done_event(w, entry.done);
 }
 
+void CudaStream::ensure_watched() noexcept {
+  bool newly = false;
+  {
+    std::lock_guard lock(inflight_mu_);
+    if (!watched_) watched_ = newly = true;
+  }
+  if (newly) {
+    owner_.watch(std::static_pointer_cast<CudaStream>(shared_from_this()));
+  } else {
+    owner_.wake();
+  }
+}
+
+void CudaStream::hold_until_ready() noexcept {
+  const Dep* dep = host_wait(*held_.front());
+  if (!dep) {  // finished meanwhile
+    release_due_.store(true, std::memory_order_release);
+    owner_.wake();
+    return;
+  }
+  // Fires at once if it finishes meanwhile; it only sets a flag, so it may run under our lock.
+  dep->work->timeline().listen(dep->work->seq(), std::make_unique<ReleaseListener>(
+                                                     std::static_pointer_cast<CudaStream>(shared_from_this())));
+}
+
 void CudaStream::submit(Ref<Work> work) noexcept {
-  InFlight entry{work, {}, nullptr};
+  std::exception_ptr lost;
+  {
+    std::lock_guard lock(launch_mu_);
+    last_seq_ = work->seq();
+    if (!held_.empty() || (!owner_.broken() && host_wait(*work))) {
+      held_.push_back(std::move(work));
+      held_count_.store(held_.size(), std::memory_order_release);
+      if (held_.size() == 1) hold_until_ready();
+      ensure_watched();
+      return;
+    }
+    lost = launch_locked(std::move(work));
+  }
+  if (lost) owner_.mark_broken(lost);
+}
+
+void CudaStream::release_if_due() noexcept {
+  if (!release_due_.exchange(false, std::memory_order_acq_rel)) return;
+  std::exception_ptr lost;
+  {
+    std::lock_guard lock(launch_mu_);
+    while (!held_.empty() && !lost) {
+      if (!owner_.broken() && host_wait(*held_.front())) {
+        hold_until_ready();
+        break;
+      }
+      Ref<Work> w = std::move(held_.front());
+      held_.pop_front();
+      held_count_.store(held_.size(), std::memory_order_release);
+      lost = launch_locked(std::move(w));
+    }
+  }
+  if (lost) owner_.mark_broken(lost);
+}
+
+std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
+  InFlight entry{work, nullptr};
   bool decided_later = false;
   auto fail = [&](std::exception_ptr e) {
     if (!work->error()) work->set_error(std::move(e));
   };
   std::exception_ptr lost = owner_.broken();
-  if (lost) fail(lost);
-  if (!lost) {
-    try {
-      use_device(device());
-      for (const Dep& dep : work->deps()) order_after(dep, entry, decided_later);
-      // Failures known now: the op is not launched at all.
-      if (!work->error()) {
-        for (const Dep& dep : work->deps()) {
-          if (dep.kind != DepKind::order && dep.work->done() && dep.work->error()) {
-            fail(detail::dependency_error(*work, dep));
-            break;
-          }
-        }
-      }
-      if (!work->error() && work->body()) {
-        Timing::Scope scope(Timing::get(), *work, handle_);
-        work->body()();
-      }
-    } catch (...) {
-      fail(std::current_exception());
-    }
-    try {
-      publish(entry);
-    } catch (...) {
-      // Without its progress write the timeline cannot move: the device is in trouble.
-      lost = std::current_exception();
-      fail(lost);
-    }
-  }
-  if (decided_later) work->decide_error_later();
   if (lost) {
-    // Nothing will run on the GPU: finish the work here (after the failed ones before it,
-    // which mark_broken has advanced past).
-    owner_.mark_broken(lost);
+    // Nothing runs on this device any more: the work fails here, in order (what was before
+    // it has been failed and passed by mark_broken).
+    fail(lost);
     work->release_execution_state();
     timeline_.advance(work->seq());
-    return;
+    return nullptr;
   }
-  bool newly_watched = false;
+  try {
+    use_device(device());
+    for (const Dep& dep : work->deps()) order_after(dep, decided_later);
+    // Failures known now: the op is not launched at all.
+    for (const Dep& dep : work->deps()) {
+      if (dep.kind != DepKind::order && dep.work->done() && dep.work->error()) {
+        fail(detail::dependency_error(*work, dep));
+        break;
+      }
+    }
+    if (!work->error() && work->body()) {
+      Timing::Scope scope(Timing::get(), *work, handle_);
+      work->body()();
+    }
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  try {
+    publish(entry);
+  } catch (...) {
+    // Without its progress write the timeline cannot move: the device is in trouble.
+    lost = std::current_exception();
+    fail(lost);
+  }
+  if (decided_later) work->decide_error_later();
   {
     std::lock_guard lock(inflight_mu_);
-    submitted_ = work->seq();
     inflight_.push_back(std::move(entry));
-    if (!watched_) watched_ = newly_watched = true;
   }
-  if (newly_watched) {
-    owner_.watch(std::static_pointer_cast<CudaStream>(shared_from_this()));
-  } else {
-    owner_.wake();
-  }
+  ensure_watched();
+  return lost;
 }
 
 bool CudaStream::retire() noexcept {
@@ -221,27 +257,19 @@ bool CudaStream::retire() noexcept {
   bool more;
   {
     std::lock_guard lock(inflight_mu_);
+    std::uint64_t reached = done;
     if (!owner_.mem_ops()) {
       // Fallback: the watcher advances the counter as the events complete, in order.
-      std::uint64_t reached = done;
       for (const InFlight& e : inflight_) {
         if (e.done && cudaEventQuery(e.done) != cudaSuccess) break;
         reached = e.work->seq();
       }
-      if (reached > done) {
-        // Advance below, outside the lock (listeners fire).
-      }
-      while (!inflight_.empty() && inflight_.front().work->seq() <= reached) {
-        finished.push_back(std::move(inflight_.front()));
-        inflight_.pop_front();
-      }
-    } else {
-      while (!inflight_.empty() && inflight_.front().work->seq() <= done) {
-        finished.push_back(std::move(inflight_.front()));
-        inflight_.pop_front();
-      }
     }
-    more = !inflight_.empty();
+    while (!inflight_.empty() && inflight_.front().work->seq() <= reached) {
+      finished.push_back(std::move(inflight_.front()));
+      inflight_.pop_front();
+    }
+    more = !inflight_.empty() || held_count_.load(std::memory_order_acquire) > 0;
     if (!more) watched_ = false;
   }
   if (!owner_.mem_ops() && !finished.empty()) timeline_.advance(finished.back().work->seq());
@@ -261,15 +289,25 @@ bool CudaStream::retire() noexcept {
 
 void CudaStream::abandon(const std::exception_ptr& error) noexcept {
   std::uint64_t last;
+  std::deque<Ref<Work>> held;
+  {
+    std::lock_guard lock(launch_mu_);
+    held.swap(held_);
+    held_count_.store(0, std::memory_order_release);
+    last = last_seq_;
+  }
+  for (Ref<Work>& w : held) {
+    if (!w->error()) w->set_error(error);
+  }
   {
     std::lock_guard lock(inflight_mu_);
     for (InFlight& e : inflight_) {
       if (!e.work->done() && !e.work->error()) e.work->set_error(error);
     }
-    last = submitted_;
   }
   timeline_.advance(last);
   retire();
+  for (Ref<Work>& w : held) w->release_execution_state();
 }
 
 // --- CudaDevice --------------------------------------------------------------------------
@@ -358,7 +396,7 @@ void CudaDevice::run() noexcept {
   using Clock = detail::Clock;
   auto last_progress = Clock::now();
   auto sleep = std::chrono::nanoseconds(kFirstSleep);
-  std::vector<std::uint64_t> seen;
+  std::uint64_t wakes_seen = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     std::vector<std::shared_ptr<CudaStream>> streams;
     {
@@ -370,10 +408,12 @@ void CudaDevice::run() noexcept {
       last_progress = Clock::now();
       continue;
     }
-    bool progress = false;
-    seen.resize(streams.size());
+    const std::uint64_t wakes = wakes_.load(std::memory_order_acquire);
+    bool progress = wakes != wakes_seen;
+    wakes_seen = wakes;
     for (std::size_t i = 0; i < streams.size(); ++i) {
       const std::uint64_t before = streams[i]->timeline().completed();
+      streams[i]->release_if_due();
       bool more = streams[i]->retire();
       if (streams[i]->timeline().completed() != before || !more) progress = true;
       if (!more) {

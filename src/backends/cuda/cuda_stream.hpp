@@ -4,23 +4,29 @@
 // Timelines on the GPU: every op enqueued on a CudaStream is followed by a stream memory
 // operation (cuStreamWriteValue64) that writes the op's sequence number into the stream's
 // counter, a word of pinned host memory. poll() and the waiters read it with a plain load;
-// nothing asks the driver. Ordering is done on the GPU too: an op that depends on another
-// stream's work makes its stream wait (cuStreamWaitValue64) on that stream's counter; one
-// that depends on host-side work (a UserEvent, a CPU op) waits on a *mirror* word, set by a
-// listener when that work finishes. The host is never in the loop of device work.
+// nothing asks the driver. An op that depends on another GPU stream's work makes its stream
+// wait for that stream's counter on the GPU (cuStreamWaitValue64): the host is not involved.
+//
+// An op that depends on host-side work still running (a UserEvent, an op of the CPU) is held
+// on the host instead, with every op enqueued on its stream after it, and the watcher
+// launches them, in order, when that work has finished. A GPU wait on a word the host sets
+// later would be quicker by a few microseconds, but it is not safe in a library: while a
+// stream waits on the GPU, anything that synchronizes the device blocks too, and CUDA's lazy
+// loading of a kernel's code at its first launch does (seen on the H200: cublasLtCreate hung
+// while a stream waited for a UserEvent that the same thread would set next). Held work
+// blocks nothing.
 //
 // The watcher (one thread per device) looks after what is in flight: it fires the listeners
 // of timelines that have passed their fences (callbacks, waiters that sleep, CPU work waiting
-// on GPU work), retires finished Works (decides their errors, releases the memory they held,
-// hands their timing to CUPTI), and checks the device's health when nothing moves: a sticky
-// error (a kernel that trapped) fails everything in flight, so that nothing waits forever.
-// It spins while progress comes, then backs off to sleeping.
+// on GPU work), launches held work whose host-side dependencies have finished, retires
+// finished Works (decides their errors, releases the memory they held, hands their timing to
+// CUPTI), and checks the device's health when nothing moves: a sticky error (a kernel that
+// trapped) fails everything in flight and held, so that nothing waits forever. It spins while
+// progress comes, then backs off to sleeping.
 //
 // Devices without stream memory operations (device attribute, or EVENTIDE_CUDA_MEMOPS=0)
 // fall back to CUDA events: each op records an event, the watcher queries them in order and
-// advances the counter itself, streams wait on each other's events (cudaStreamWaitEvent), and
-// a wait on host-side work holds the stream with a host function: slower, and the only place
-// where eventide uses cudaLaunchHostFunc.
+// advances the counter itself, and streams wait on each other's events (cudaStreamWaitEvent).
 #pragma once
 
 #include <cuda.h>
@@ -65,12 +71,6 @@ class CudaTimeline final : public detail::Timeline {
   PinnedWord word_;
 };
 
-// A word the GPU waits on, set when host-side work finishes.
-struct Mirror final : detail::RefCounted {
-  PinnedWord word = acquire_word();
-  ~Mirror() override { release_word(word); }
-};
-
 class CudaStream final : public detail::StreamState {
  public:
   // A new stream; or, with `native`, one that wraps a stream someone else owns (not
@@ -86,9 +86,12 @@ class CudaStream final : public detail::StreamState {
   std::exception_ptr device_error() const override;
   void* native_handle() const noexcept override { return handle_; }
 
-  // For the watcher: retires what has finished; true if work is still in flight.
+  // For the watcher: launches held work whose host-side dependencies have finished.
+  void release_if_due() noexcept;
+  // For the watcher: retires what has finished; true if work is still in flight or held.
   bool retire() noexcept;
-  // Fails everything in flight with `error` and advances the timeline past it (device lost).
+  // Fails everything in flight and held with `error` and advances the timeline past it
+  // (device lost).
   void abandon(const std::exception_ptr& error) noexcept;
   // cudaStreamQuery: a sticky error shows here first.
   cudaError_t query_native() const noexcept { return cudaStreamQuery(handle_); }
@@ -99,12 +102,21 @@ class CudaStream final : public detail::StreamState {
  private:
   struct InFlight {
     detail::Ref<Work> work;
-    std::vector<detail::Ref<Mirror>> mirrors;  // words the GPU waits on for this op
-    cudaEvent_t done = nullptr;                // fallback mode: recorded after the op
+    cudaEvent_t done = nullptr;  // fallback mode: recorded after the op
   };
+  friend class ReleaseListener;
 
-  void order_after(const detail::Dep& dep, InFlight& entry, bool& decided_later);
+  // The first dependency of `work` on host-side work that has not finished, else null.
+  static const detail::Dep* host_wait(const Work& work) noexcept;
+  // Has the watcher release held work when the host-side work the first held op waits for
+  // finishes. Under launch_mu_.
+  void hold_until_ready() noexcept;
+  // Launches `work` on the GPU after what it depends on there. Under launch_mu_. Returns the
+  // device's failure if the launch found one (the caller reports it once unlocked).
+  std::exception_ptr launch_locked(detail::Ref<Work> work) noexcept;
+  void order_after(const detail::Dep& dep, bool& decided_later);
   void publish(InFlight& entry);
+  void ensure_watched() noexcept;
 
   CudaDevice& owner_;
   cudaStream_t handle_ = nullptr;
@@ -114,10 +126,16 @@ class CudaStream final : public detail::StreamState {
   std::mutex workspace_mu_;
   detail::Ref<Storage> workspace_;
 
+  // Launches are serialized (submit's direct ones and the watcher's releases) in seq order.
+  std::mutex launch_mu_;
+  std::deque<detail::Ref<Work>> held_;
+  std::atomic<std::size_t> held_count_{0};
+  std::atomic<bool> release_due_{false};
+  std::uint64_t last_seq_ = 0;  // the last work submitted (held or launched)
+
   std::mutex inflight_mu_;
   std::deque<InFlight> inflight_;
   bool watched_ = false;  // the watcher has this stream on its list
-  std::uint64_t submitted_ = 0;
 };
 
 // Per-device state shared by its streams.
@@ -136,7 +154,12 @@ class CudaDevice {
 
   // Watcher interface.
   void watch(std::shared_ptr<CudaStream> stream);
-  void wake() noexcept { parker_->unpark(); }
+  // Something to look at (new work, a listener, held work to release): the watcher spins
+  // again instead of backing off.
+  void wake() noexcept {
+    wakes_.fetch_add(1, std::memory_order_release);
+    parker_->unpark();
+  }
   void stop() noexcept;
 
   // Fallback mode: the event recorded after `work`, if it is still in flight.
@@ -162,6 +185,7 @@ class CudaDevice {
 
   detail::Ref<detail::Parker> parker_ = detail::make_ref<detail::Parker>();
   std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> wakes_{0};
   detail::RuntimeThread thread_;
 };
 
