@@ -11,7 +11,6 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "core/event_state.hpp"
@@ -749,15 +748,12 @@ std::string event_repr(const Event& e) {
 // "<eventide.Tensor (512, 512) float32 on cpu, ready>", in the style of the events' reprs.
 std::string tensor_repr(const Tensor& t) {
   if (!t.defined()) return "<eventide.Tensor undefined>";
-  std::ostringstream os;
   const auto& s = *t.state();
-  os << "<eventide.Tensor " << py::repr(to_tuple(s.shape)).cast<std::string>() << ' '
-     << py_name(s.dtype) << " on " << s.device.str() << ", ";
   auto producer = s.producer();
-  os << (!producer || producer->done() ? (producer && producer->error() ? "failed" : "ready")
-                                       : "pending")
-     << '>';
-  return os.str();
+  const char* status = !producer || producer->done() ? (producer && producer->error() ? "failed" : "ready")
+                                                     : "pending";
+  return "<eventide.Tensor " + py::repr(to_tuple(s.shape)).cast<std::string>() + " " + py_name(s.dtype) +
+         " on " + s.device.str() + ", " + status + ">";
 }
 
 // --- Fast paths ------------------------------------------------------------------------------

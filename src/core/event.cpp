@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
-#include <sstream>
 
 #include "core/event_state.hpp"
 #include "core/runtime.hpp"
@@ -386,12 +385,13 @@ std::string EventState::str() const {
 }
 
 std::string EventState::str_locked() const {
-  std::ostringstream os;
-  os << '<' << (user_ ? "UserEvent " : "Event ") << name(status_.load(std::memory_order_relaxed));
-  if (device_) os << " on " << device_->str();
-  if (!user_) os << ", " << records_ << (records_ == 1 ? " op" : " ops");
-  os << '>';
-  return os.str();
+  // Plain string building: iostreams would format the numbers with the global locale.
+  std::string out = user_ ? "<UserEvent " : "<Event ";
+  out += name(status_.load(std::memory_order_relaxed));
+  if (device_) out += " on " + device_->str();
+  if (!user_) out += ", " + std::to_string(records_) + (records_ == 1 ? " op" : " ops");
+  out += '>';
+  return out;
 }
 
 EventState::Snapshot EventState::snapshot() {

@@ -1,7 +1,6 @@
 // The ops: argument checks that hold on every device, output allocation, and dispatch to
 // the device's kernels on the calling thread's current stream.
 #include <limits>
-#include <sstream>
 
 #include "core/runtime.hpp"
 #include "core/tensor_state.hpp"
@@ -123,11 +122,9 @@ std::int64_t numel(const Shape& shape) {
 }
 
 std::string to_string(const Shape& shape) {
-  std::ostringstream os;
-  os << '[';
-  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << ']';
-  return os.str();
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
 }
 
 void check_host_size(std::size_t count, const Shape& shape) {

@@ -1,5 +1,4 @@
 // The Tensor handle's members.
-#include <sstream>
 
 #include "core/runtime.hpp"
 #include "core/tensor_state.hpp"
@@ -83,17 +82,11 @@ void Tensor::throw_null_callback() {
 
 std::string Tensor::str() const {
   if (!state_) return "Tensor(undefined)";
-  std::ostringstream os;
-  os << "Tensor(" << name(state_->dtype) << to_string(state_->shape) << ", "
-     << state_->device.str() << ", ";
   auto producer = state_->producer();
-  if (!producer || producer->done()) {
-    os << (producer && producer->error() ? "failed" : "ready");
-  } else {
-    os << "pending";
-  }
-  os << ')';
-  return os.str();
+  const char* status = !producer || producer->done() ? (producer && producer->error() ? "failed" : "ready")
+                                                     : "pending";
+  return "Tensor(" + std::string(name(state_->dtype)) + to_string(state_->shape) + ", " +
+         state_->device.str() + ", " + status + ")";
 }
 
 }  // namespace eventide

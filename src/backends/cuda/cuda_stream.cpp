@@ -105,7 +105,13 @@ class ReleaseListener final : public detail::Listener {
 
 const Dep* CudaStream::host_wait(const Work& work) noexcept {
   for (const Dep& dep : work.deps()) {
-    if (!dep.work->done() && !dynamic_cast<CudaTimeline*>(&dep.work->timeline())) return &dep;
+    const Work& w = *dep.work;
+    if (w.done() || &w.timeline() == &timeline()) continue;
+    auto* other = dynamic_cast<CudaTimeline*>(&w.timeline());
+    if (!other) return &dep;
+    if ((!owner_.mem_ops() || !other->device().mem_ops()) && !other->device().done_event(w)) {
+      return &dep;
+    }
   }
   return nullptr;
 }

@@ -106,8 +106,10 @@ class CudaStream final : public detail::StreamState {
   };
   friend class ReleaseListener;
 
-  // The first dependency of `work` on host-side work that has not finished, else null.
-  static const detail::Dep* host_wait(const Work& work) noexcept;
+  // The first dependency of `work` that the GPU cannot wait for: host-side work that has not
+  // finished, or (in the event fallback) GPU work not launched yet, which has no event to
+  // wait on. Null if none.
+  const detail::Dep* host_wait(const Work& work) noexcept;
   // Has the watcher release held work when the host-side work the first held op waits for
   // finishes. Under launch_mu_.
   void hold_until_ready() noexcept;
