@@ -19,8 +19,7 @@ steps=("${@:-all}")
 want() { [[ " ${steps[*]} " == *" all "* || " ${steps[*]} " == *" $1 "* ]]; }
 note() { echo "$*" | tee -a "$summary"; }
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
-note "gpu: $(cat "$out/gpu.txt")"
+note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)"
 
 if want build || want test || want bench || want sanitize; then
   pybind11_dir=$("$py" -m pybind11 --cmakedir 2>/dev/null)
@@ -48,10 +47,11 @@ if want test; then
 fi
 
 if want bench; then
-  "$build/bench/eventide_bench_cuda" --out="$out/bench_cuda.json" > "$out/bench_cuda.md" 2>&1
+  # (The JSON stays in the build folder: the device tool brings back 8 files at most.)
+  "$build/bench/eventide_bench_cuda" --out="$build/bench_cuda.json" > "$out/bench_cuda.md" 2>&1
   note "bench cuda: $(grep 'Goals met' "$out/bench_cuda.md")"
   PYTHONPATH="$build/python" "$py" bench/python_bench.py --device cuda:0 \
-    --json "$out/bench_python.json" --md "$out/bench_python.md" > /dev/null 2>&1
+    --json "$build/bench_python.json" --md "$out/bench_python.md" > /dev/null 2>&1
   note "bench python: $(grep -c '| yes |' "$out/bench_python.md") goals met, $(grep -c 'no\*\*' "$out/bench_python.md") missed"
 fi
 

@@ -60,6 +60,15 @@ void Dispatcher::post(Callback fn, std::shared_ptr<const EventState> source) {
   parker_->unpark();
 }
 
+namespace {
+// How long the callback thread stays awake after a callback was added to pending work.
+constexpr std::int64_t kExpectWindowNs = 2'000'000;
+}  // namespace
+
+void Dispatcher::expect_soon() noexcept {
+  expect_until_ns_.store(host_now_ns() + kExpectWindowNs, std::memory_order_relaxed);
+}
+
 void Dispatcher::stop() noexcept {
   RuntimeThread thread;
   std::vector<Item> dropped;
@@ -84,6 +93,12 @@ void Dispatcher::run() {
       batch.swap(queue_);
     }
     if (batch.empty()) {
+      // A callback expected soon: stay awake (yielding) until it comes or the window closes.
+      const std::int64_t until = expect_until_ns_.load(std::memory_order_relaxed);
+      if (const std::int64_t left = until - host_now_ns(); left > 0) {
+        parker_->park(Clock::now() + std::chrono::nanoseconds(left), /*spin_to_deadline=*/true);
+        continue;
+      }
       parker_->park();
       continue;
     }

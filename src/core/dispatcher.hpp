@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,6 +35,10 @@ class Dispatcher {
 
   // Queues `fn`; `source` names it if it throws.
   void post(Callback fn, std::shared_ptr<const EventState> source);
+  // A callback was just added to pending work: the thread keeps spinning (yielding) for a
+  // while instead of going to sleep, so that a callback due soon runs without the wake-up of
+  // a sleeping thread (5 to 15 µs).
+  void expect_soon() noexcept;
   void stop() noexcept;
 
   // Whether the calling thread is a dispatcher thread (of any device).
@@ -52,6 +57,7 @@ class Dispatcher {
   bool stopping_ = false;
   RuntimeThread thread_;
   Ref<Parker> parker_ = make_ref<Parker>();
+  std::atomic<std::int64_t> expect_until_ns_{0};
 };
 
 // Reports an exception a callback threw, through the handler set by

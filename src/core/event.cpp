@@ -52,14 +52,17 @@ void EventState::fold_locked(const Ref<Work>& work) {
     fold_times_locked(*work);
     return;
   }
+  if (!untimed_.empty() && untimed_.back() == work) return;  // recorded again
   untimed_.push_back(work);
-  if (untimed_.size() > 64) {
-    // An event recorded over and over: fold what has become known meanwhile.
+  if (untimed_.size() > untimed_scan_at_) {
+    // An event recorded over and over: fold what has become known meanwhile, and look again
+    // only when the list has doubled (amortized constant per record).
     std::erase_if(untimed_, [this](const Ref<Work>& w) {
       if (!w->timing_known()) return false;
       fold_times_locked(*w);
       return true;
     });
+    untimed_scan_at_ = std::max<std::size_t>(64, 2 * untimed_.size());
   }
 }
 
@@ -123,6 +126,12 @@ void EventState::finish_locked(Actions& actions) {
 
 void EventState::run(Actions& actions) noexcept {
   for (auto& p : actions.wake) p->unpark();
+  if (actions.expect_callbacks) {
+    try {
+      Runtime::get().dispatcher(actions.device).expect_soon();
+    } catch (...) {
+    }
+  }
   if (!actions.callbacks.empty()) {
     try {
       Dispatcher& d = Runtime::get().dispatcher(actions.device);
@@ -244,8 +253,25 @@ bool EventState::wait_until(const Deadline& deadline) {
   }
   if (expired(deadline)) return false;  // a zero timeout is a poll
   // Spin on the work itself before registering to be woken: a GPU writes its progress into
-  // memory this thread can read, and nobody else need be involved.
-  if (spin_until([&] { return poll() || finishes() != finished_before; }, deadline)) return true;
+  // memory this thread can read, and nobody else need be involved. The spin reads the Works'
+  // counters directly (a snapshot), not through the event's lock.
+  {
+    SmallVector<Ref<Work>, 2> watch;
+    {
+      std::lock_guard lock(mu_);
+      for (const Ref<Work>& w : pending_) watch.push_back(w);
+    }
+    auto all_done = [&] {
+      for (const Ref<Work>& w : watch) {
+        if (!w->done()) return false;
+      }
+      return true;
+    };
+    if (spin_until([&] { return all_done() || finishes() != finished_before; }, deadline) &&
+        (poll() || finishes() != finished_before)) {
+      return true;
+    }
+  }
   if (running_work()) {
     std::lock_guard lock(mu_);
     for (const Ref<Work>& w : pending_) check_not_waiting_on_self(w->timeline(), w->seq());
@@ -273,6 +299,7 @@ bool EventState::wait_until(const Deadline& deadline) {
 void EventState::clear_locked() {
   pending_.clear();
   untimed_.clear();
+  untimed_scan_at_ = 64;
   min_start_ns_ = max_end_ns_ = completion_ns_ = 0;
   any_timed_ = any_completion_ = false;
   error_ = nullptr;
@@ -331,6 +358,8 @@ void EventState::add_callback(Callback fn) {
         armed_ = true;
         actions.arm = pending_.front();
       }
+      actions.expect_callbacks = true;
+      actions.device = device_;
     } else {
       actions.callbacks.push_back(std::move(fn));
       actions.device = device_;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/parker.hpp"
+#include "core/small_vector.hpp"
 #include "core/work.hpp"
 #include "eventide/event.hpp"
 
@@ -90,6 +91,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
     std::optional<Device> device;  // whose dispatcher runs the callbacks (read under mu_)
     std::vector<Ref<Parker>> wake;
     Ref<Work> arm;
+    bool expect_callbacks = false;  // a callback was added to pending work
   };
   struct UserPart {
     Ref<Timeline> timeline;
@@ -119,6 +121,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
   std::vector<Ref<Work>> pending_;
   // Finished work whose device time is not known yet (GPU work: it arrives later).
   std::vector<Ref<Work>> untimed_;
+  std::size_t untimed_scan_at_ = 64;  // fold known times when untimed_ grows past this
   // Summary of finished tied work since the last reset.
   std::int64_t min_start_ns_ = 0;
   std::int64_t max_end_ns_ = 0;

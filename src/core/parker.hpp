@@ -41,8 +41,9 @@ inline bool expired(const Deadline& deadline) {
 
 class Parker final : public RefCounted {
  public:
-  // Returns after an unpark (consuming it), at the deadline, or spuriously.
-  void park(const Deadline& deadline = std::nullopt) noexcept;
+  // Returns after an unpark (consuming it), at the deadline, or spuriously. With
+  // `spin_to_deadline`, it never sleeps: it spins (yielding) until notified or the deadline.
+  void park(const Deadline& deadline = std::nullopt, bool spin_to_deadline = false) noexcept;
   void unpark() noexcept;
 
  private:
@@ -55,8 +56,9 @@ class Parker final : public RefCounted {
 // Spins until `ready()` (true) or the spin duration or deadline is over (false): on the pause
 // instruction for the first microseconds, then yielding the CPU, so that a thread that
 // would finish the work on this same core gets to run. `ready` is called every few spins.
+// With `whole_deadline`, spins until the deadline, however long.
 template <class Ready>
-bool spin_until(Ready&& ready, const Deadline& deadline);
+bool spin_until(Ready&& ready, const Deadline& deadline, bool whole_deadline = false);
 
 // The calling thread's parker, kept alive by references that listeners hold, so a listener
 // that fires after its waiter gave up only makes one spurious wake-up.
@@ -84,12 +86,12 @@ inline constexpr std::chrono::nanoseconds kPauseSpin = std::chrono::microseconds
 void yield_cpu() noexcept;
 
 template <class Ready>
-bool spin_until(Ready&& ready, const Deadline& deadline) {
+bool spin_until(Ready&& ready, const Deadline& deadline, bool whole_deadline) {
   const auto spin = spin_duration();
-  if (spin.count() <= 0) return ready();
+  if (spin.count() <= 0 && !whole_deadline) return ready();
   const auto start = Clock::now();
   auto spin_end = start + spin;
-  if (deadline && *deadline < spin_end) spin_end = *deadline;
+  if (deadline && (*deadline < spin_end || whole_deadline)) spin_end = *deadline;
   const auto pause_end = start + std::min<std::chrono::nanoseconds>(spin, kPauseSpin);
   for (unsigned i = 1;; ++i) {
     if (ready()) return true;
