@@ -613,8 +613,10 @@ py::capsule dlpack_method(const Tensor& t, const py::object& stream, const py::o
   }
   if (!s.device.is_cpu() && !stream.is_none()) {
     // The handshake: the consumer's stream waits, on the GPU, for the tensor's producer
-    // (-1: the consumer asks for no ordering).
+    // (-1: the consumer asks for no ordering). A producer still held on the host (waiting for
+    // a UserEvent) cannot be waited for on the GPU safely: the host waits for it instead.
     std::intptr_t number = stream.cast<std::intptr_t>();
+    if (auto producer = s.producer(); producer && !producer->launched()) wait_tensor(t);
     if (number != -1) {
       sync_current_streams();
       Stream consumer = Stream::from_native(s.device, native_from_number(number));

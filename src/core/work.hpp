@@ -49,6 +49,11 @@ class Work final : public RefCounted {
   bool done() const noexcept { return timeline_->passed(seq_); }
   // Whether the work has device time of its own (ops do; waits and host steps do not).
   bool timed() const noexcept { return timed_; }
+  // Whether the work has been handed to its device (a GPU op held on the host until
+  // host-side work it depends on finishes has not): only launched work progresses without
+  // the host, so only launched work may be waited for by a device.
+  bool launched() const noexcept { return launched_.load(std::memory_order_acquire); }
+  void set_launched(bool launched) noexcept { launched_.store(launched, std::memory_order_release); }
 
   // Valid once done(). A GPU op whose inputs were still running when it was launched learns
   // only later whether they failed: its error is then decided on the first read, from its
@@ -104,6 +109,7 @@ class Work final : public RefCounted {
   std::uint64_t seq_ = 0;
   std::string name_;
   bool timed_;
+  std::atomic<bool> launched_{true};
   mutable std::exception_ptr error_;
   mutable std::atomic<bool> deferred_{false};
   mutable SpinLock exec_mu_;  // deferred error vs. release of the deps

@@ -101,18 +101,27 @@ def test_dlpack_from_torch_shares_memory():
 
 @needs_torch
 def test_dlpack_to_torch_orders_the_consumer_stream():
-    go = ev.UserEvent()
+    # The producer runs on the GPU when torch takes the tensor: torch's stream waits for it
+    # on the GPU, the host does not.
     s = ev.Stream(GPU)
-    s.wait(go)
     with s:
-        x = ev.full((1024,), 5.0, device=GPU)
+        x = ev.full((1 << 24,), 5.0, device=GPU)
     consumer = torch.cuda.Stream()
     with torch.cuda.stream(consumer):
-        t = torch.from_dlpack(x)  # hands over the consumer stream: it waits on the GPU
+        t = torch.from_dlpack(x)
         y = t * 2
-    go.set()
     consumer.synchronize()
     assert torch.all(y == 10.0).item()
+    # A producer still held by a UserEvent (set by another thread) is waited for on the host.
+    go = ev.UserEvent()
+    s.wait(go)
+    with s:
+        x2 = ev.full((1024,), 3.0, device=GPU)
+    threading.Timer(0.05, go.set).start()
+    with torch.cuda.stream(consumer):
+        y2 = torch.from_dlpack(x2) * 2
+    consumer.synchronize()
+    assert torch.all(y2 == 6.0).item()
 
 
 @needs_torch

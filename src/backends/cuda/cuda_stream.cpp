@@ -109,6 +109,10 @@ const Dep* CudaStream::host_wait(const Work& work) noexcept {
     if (w.done() || &w.timeline() == &timeline()) continue;
     auto* other = dynamic_cast<CudaTimeline*>(&w.timeline());
     if (!other) return &dep;
+    // GPU work still held on the host is host-side work: a GPU wait for it would stall the
+    // device until the host launches it, and anything synchronizing the device meanwhile
+    // (CUDA's lazy loading of a kernel) would deadlock.
+    if (!w.launched()) return &dep;
     if ((!owner_.mem_ops() || !other->device().mem_ops()) && !other->device().done_event(w)) {
       return &dep;
     }
@@ -179,6 +183,7 @@ void CudaStream::submit(Ref<Work> work) noexcept {
     std::lock_guard lock(launch_mu_);
     last_seq_ = work->seq();
     if (!held_.empty() || (!owner_.broken() && host_wait(*work))) {
+      work->set_launched(false);
       held_.push_back(std::move(work));
       held_count_.store(held_.size(), std::memory_order_release);
       if (held_.size() == 1) hold_until_ready();
@@ -210,6 +215,7 @@ void CudaStream::release_if_due() noexcept {
 }
 
 std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
+  work->set_launched(true);
   InFlight entry{work, nullptr};
   bool decided_later = false;
   auto fail = [&](std::exception_ptr e) {
