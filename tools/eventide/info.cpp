@@ -17,6 +17,15 @@ int run_info() {
     std::printf("  %-8s %s\n", d.str().c_str(), info.name.c_str());
     if (!info.description.empty()) std::printf("  %-8s %s\n", "", info.description.c_str());
   }
+  if (!is_available(Device::cuda(0))) {
+    // Why there is no GPU, in the words of the runtime (no CUDA backend in this build, no
+    // driver, no device).
+    try {
+      device_info(Device::cuda(0));
+    } catch (const Error& e) {
+      std::printf("  (no cuda device: %s)\n", e.what());
+    }
+  }
 
   // default_device() throws for a bad EVENTIDE_DEVICE; say so here rather than fail, since
   // listing what is available is exactly what someone fixing that variable needs.
