@@ -553,6 +553,29 @@ void fill_dl_tensor(Export& ex, DLTensor& t) {
   t.byte_offset = 0;
 }
 
+constexpr char kVersionedName[] = "dltensor_versioned";
+constexpr char kLegacyName[] = "dltensor";
+
+// The capsule of one of the two managed-tensor forms; a capsule never consumed frees the
+// export when it is collected.
+template <class Managed, const char* Name>
+py::capsule export_capsule(Export* ex, Managed& m) {
+  m.manager_ctx = ex;
+  m.deleter = [](Managed* self) { delete static_cast<Export*>(self->manager_ctx); };
+  fill_dl_tensor(*ex, m.dl_tensor);
+  PyObject* cap = PyCapsule_New(&m, Name, [](PyObject* c) {
+    if (PyCapsule_IsValid(c, Name)) {  // never consumed
+      auto* managed = static_cast<Managed*>(PyCapsule_GetPointer(c, Name));
+      managed->deleter(managed);
+    }
+  });
+  if (!cap) {
+    delete ex;
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(cap);
+}
+
 py::capsule export_dlpack(const Tensor& t, bool versioned) {
   auto* ex = new Export;
   ex->keep = t.state();
@@ -565,36 +588,10 @@ py::capsule export_dlpack(const Tensor& t, bool versioned) {
   }
   if (versioned) {
     ex->versioned.version = {1, 0};
-    ex->versioned.manager_ctx = ex;
-    ex->versioned.deleter = [](DLManagedTensorVersioned* m) { delete static_cast<Export*>(m->manager_ctx); };
     ex->versioned.flags = 0;
-    fill_dl_tensor(*ex, ex->versioned.dl_tensor);
-    PyObject* cap = PyCapsule_New(&ex->versioned, "dltensor_versioned", [](PyObject* c) {
-      if (PyCapsule_IsValid(c, "dltensor_versioned")) {  // never consumed
-        auto* m = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
-        m->deleter(m);
-      }
-    });
-    if (!cap) {
-      delete ex;
-      throw py::error_already_set();
-    }
-    return py::reinterpret_steal<py::capsule>(cap);
+    return export_capsule<DLManagedTensorVersioned, kVersionedName>(ex, ex->versioned);
   }
-  ex->legacy.manager_ctx = ex;
-  ex->legacy.deleter = [](DLManagedTensor* m) { delete static_cast<Export*>(m->manager_ctx); };
-  fill_dl_tensor(*ex, ex->legacy.dl_tensor);
-  PyObject* cap = PyCapsule_New(&ex->legacy, "dltensor", [](PyObject* c) {
-    if (PyCapsule_IsValid(c, "dltensor")) {
-      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
-      m->deleter(m);
-    }
-  });
-  if (!cap) {
-    delete ex;
-    throw py::error_already_set();
-  }
-  return py::reinterpret_steal<py::capsule>(cap);
+  return export_capsule<DLManagedTensor, kLegacyName>(ex, ex->legacy);
 }
 
 py::capsule dlpack_method(const Tensor& t, const py::object& stream, const py::object& max_version,
