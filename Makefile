@@ -25,6 +25,7 @@ PYTHON    ?= /usr/bin/python3
 
 deps:
 	@scripts/deps.sh build test bench python
+	@scripts/deps.sh browser || echo "chromium is not installed: the timeline's browser test will be skipped"
 
 $(BUILD)/.configured: | deps
 	cmake -S . -B $(BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release \

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages eventide's build needs, when run as root; otherwise names the
-# missing ones and fails. Usage: scripts/deps.sh [group...]   groups: build test bench python
+# missing ones and fails. Usage: scripts/deps.sh [group...]
+#   groups: build test bench python browser (chromium, for the timeline's browser test)
 set -euo pipefail
 
 declare -A PACKAGES=(
-  [build]="cmake ninja-build g++ libopenblas-dev"
+  [build]="cmake ninja-build g++ libopenblas-dev nlohmann-json3-dev libcli11-dev"
   [test]="libgtest-dev libgmock-dev"
   [bench]="libbenchmark-dev"
   [python]="python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-hypothesis"
+  [browser]="chromium"
 )
 
 wanted=()

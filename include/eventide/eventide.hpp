@@ -17,6 +17,7 @@
 #include "eventide/dtype.hpp"
 #include "eventide/errors.hpp"
 #include "eventide/event.hpp"
+#include "eventide/profiler.hpp"
 #include "eventide/runtime.hpp"
 #include "eventide/stream.hpp"
 #include "eventide/tensor.hpp"
