@@ -13,13 +13,24 @@
 // What is recorded: every op enqueued while the profiler runs (name, stream, device, the
 // shapes and dtypes it reads and writes, its device start and end: the same times as
 // time_elapsed), every event record (which op it tied), every wait (a stream's wait on an
-// event, a host thread's wait), and every callback run (when, for which event).
+// event, a host thread's wait on an event, a tensor or a stream), and every callback run
+// (when, for which event).
+// Work enqueued before the profiler started is not in the profile; an op that depends on
+// such work shows no arrow from it.
 //
-// Cost: while no profiler runs, one relaxed atomic load per enqueue and per record (nothing
-// measurable on the poll and record benchmarks). Thread-safety: one profiler at a time per
-// process (StateError for a second); work from every thread is recorded.
+// States: a Profiler records from its construction until stop() (or its destruction); then
+// nothing more is recorded, and the Profile is a plain value that never changes.
+//
+// Cost: while no profiler runs, one relaxed atomic load per enqueue, record, host wait and
+// callback (nothing measurable on the poll and record benchmarks). While one runs, each of
+// those takes one process-wide lock to append its record, and keeps the op's Work (a small
+// object, not its memory) alive until the profile is taken.
+//
+// Thread-safety: one profiler at a time per process (StateError for a second); work from
+// every thread is recorded; a Profile may be read from several threads at once.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -37,33 +48,47 @@ class ProfilerState;
 // Times are microseconds on the host's steady clock, from the start of the profile; device
 // times (GPU) are converted to it.
 struct ProfiledOp {
-  std::uint64_t id = 0;     // unique within the profile
+  std::uint64_t id = 0;     // unique within the profile, in the order the ops were enqueued
   std::string name;         // "matmul"
   std::string stream;       // "cuda:0 stream 3"
   Device device;
-  std::string detail;       // "f32[512, 512], f32[512, 512] -> f32[512, 512]"
+  std::uint64_t seq = 0;    // its number on its stream ("matmul#7" in error messages)
+  std::string detail;       // "f32[512, 512], f32[512, 512] -> f32[512, 512]"; "event 2" for a wait
   bool is_wait = false;     // a stream's wait on an event (no device time of its own)
-  std::optional<double> start_us, end_us;  // none for work that ran nothing timed
+  // False if it had not finished when the profile was taken (stop()'s time limit passed:
+  // work held back by a UserEvent nobody set); it then has no times.
+  bool finished = true;
+  // None for work that ran nothing timed (a wait on a GPU, an op under
+  // EVENTIDE_CUDA_TIMING=off). A wait on the CPU spans from when its stream reached it to
+  // when what it waited for had finished.
+  std::optional<double> start_us, end_us;
   std::string error;        // empty unless it failed
   std::vector<std::uint64_t> waits_for;  // ids of the ops it had to wait for on other streams
 };
 
 struct ProfiledRecord {
-  std::uint64_t event = 0;  // an id per event
+  std::uint64_t event = 0;  // an id per event, unique within the profile
   std::string event_name;   // "<Event pending on cpu, 1 op>" at the time of the record
-  std::uint64_t op = 0;     // the op the record tied (0: none, an idle stream)
-  double at_us = 0;
+  std::uint64_t op = 0;     // the op the record tied (0: none: an idle stream, or work from
+                            // before the profile)
+  double at_us = 0;         // when record() was called (host time)
 };
 
+// A host thread blocked on unfinished work: Event::wait (wait_for, wait_all) on a pending
+// event, Tensor::wait, Stream::synchronize, synchronize(). Waits that find the work finished
+// cost nothing and are not recorded.
 struct ProfiledHostWait {
-  std::uint64_t event = 0;
-  std::string thread;       // "thread 1"
+  std::uint64_t event = 0;  // 0: not an event's wait (a tensor's, a stream's)
+  std::string thread;       // "thread 1": threads numbered in the order they first waited
   double start_us = 0, end_us = 0;
-  std::vector<std::uint64_t> ops;  // the ops waited for
+  bool finished = true;     // false: it timed out
+  std::vector<std::uint64_t> ops;  // the ops waited for (a stream's: its last one)
 };
 
+// A callback run by a device's callback thread. One still running when the profile is taken
+// is not in it.
 struct ProfiledCallback {
-  std::uint64_t event = 0;
+  std::uint64_t event = 0;  // the event it was added to (0: unknown)
   std::string thread;       // "callbacks cpu"
   double start_us = 0, end_us = 0;
 };
@@ -76,10 +101,16 @@ class Profile {
   const std::vector<ProfiledRecord>& records() const noexcept { return records_; }
   const std::vector<ProfiledHostWait>& host_waits() const noexcept { return host_waits_; }
   const std::vector<ProfiledCallback>& callbacks() const noexcept { return callbacks_; }
+  // From the profiler's start to when stop() had every time: every time above is within it.
+  double duration_us() const noexcept { return duration_us_; }
+  // "<Profile: 12 ops on 2 streams, 3 records, 1 host wait, 0 callbacks, 1.25 ms>".
+  std::string str() const;
 
-  // The Trace Event Format (JSON) that Perfetto and chrome://tracing load: a track per
-  // stream, ops as complete events, records and waits as flow arrows, callbacks on their own
-  // track. Throws Error if the file cannot be written.
+  // The Trace Event Format (JSON) that Perfetto and chrome://tracing load: a process per
+  // device with a track per stream, ops as complete events, the dependencies of waits and
+  // ops on other streams as flow arrows, event records as instant marks where their op ends;
+  // host waits and callbacks in a "host" process, a track per thread. The export_ functions
+  // throw Error naming the path if the file cannot be written.
   std::string chrome_trace() const;
   void export_chrome_trace(const std::string& path) const;
   // A self-contained HTML page with an SVG timeline: streams as rows, ops as bars with their
@@ -93,6 +124,7 @@ class Profile {
   std::vector<ProfiledRecord> records_;
   std::vector<ProfiledHostWait> host_waits_;
   std::vector<ProfiledCallback> callbacks_;
+  double duration_us_ = 0;
 };
 
 class Profiler {
@@ -104,9 +136,15 @@ class Profiler {
   Profiler(const Profiler&) = delete;
   Profiler& operator=(const Profiler&) = delete;
 
+  // How long stop() waits for the recorded work to finish by default.
+  static constexpr std::chrono::seconds kDefaultStopTimeout{10};
+
   // Stops recording and returns what was recorded, once every recorded op has finished and
-  // its device time is known (blocks until then). StateError if already stopped.
-  Profile stop();
+  // its device time is known: blocks until then, or until `timeout` has passed; ops still
+  // unfinished then (held back by a UserEvent nobody sets) are in the profile with
+  // finished == false (so are, in the body of an op, later ops of its own stream: they
+  // cannot run before it returns). StateError if already stopped.
+  Profile stop(std::chrono::nanoseconds timeout = kDefaultStopTimeout);
 
  private:
   std::shared_ptr<detail::ProfilerState> state_;

@@ -34,6 +34,8 @@ from ._eventide import (  # noqa: F401  (re-exported)
     EventStateError,
     InvalidArgumentError,
     OpError,
+    Profile,
+    Profiler,
     Stream,
     Tensor,
     UserEvent,
@@ -73,10 +75,11 @@ from . import _eventide
 
 __all__ = [
     "Device", "DeviceError", "Event", "EventideError", "EventStateError", "InvalidArgumentError",
-    "OpError", "Stream", "Tensor", "UserEvent", "add", "allow_tf32", "bfloat16", "current_stream",
-    "default_device", "default_stream", "device_info", "devices", "dtype", "empty", "float16",
-    "float32", "float64", "from_dlpack", "from_numpy", "full", "int32", "int64", "is_available",
-    "manual_seed", "matmul", "mul", "ones", "rand", "randn", "set_allow_tf32", "stream",
+    "OpError", "Profile", "Profiler", "Stream", "Tensor", "UserEvent", "add", "allow_tf32",
+    "bfloat16", "current_stream", "default_device", "default_stream", "device_info", "devices",
+    "dtype", "empty", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "int32",
+    "int64", "is_available", "manual_seed", "matmul", "mul", "ones", "profile", "rand", "randn",
+    "set_allow_tf32", "stream",
     "synchronize", "tensor",
     "wait_all", "wait_all_async", "wait_any", "wait_any_async", "zeros",
 ]
@@ -124,6 +127,89 @@ def stream(s: Optional[Stream]):
         return
     with s:
         yield s
+
+
+# --- Profiling -----------------------------------------------------------------------------
+
+class profile:
+    """Records the device work of a ``with`` block::
+
+        with ev.profile() as prof:
+            out = ev.matmul(a, b)
+            out.wait()
+        prof.export_chrome_trace("trace.json")   # Perfetto, chrome://tracing
+        prof.export_timeline("timeline.html")    # a page with the timeline as SVG
+        for op in prof.ops: ...                  # dicts: name, stream, start_us, end_us, ...
+
+    Every op enqueued in the block is recorded (from any thread), with its stream, shapes and
+    device times, and so are event records, waits and callbacks. The profile is taken when the
+    block ends: that waits (releasing the GIL) until the recorded work has finished and its
+    times are known, at most ``timeout`` seconds; work still unfinished then (held back by a
+    UserEvent nobody sets) is marked ``finished: False``. One profile at a time per process:
+    entering a second raises EventStateError.
+    """
+
+    def __init__(self, timeout: Optional[float] = 10.0) -> None:
+        self._timeout = timeout
+        self._profiler: Optional[Profiler] = None
+        self._profile: Optional[Profile] = None
+
+    def __enter__(self) -> "profile":
+        if self._profiler is not None or self._profile is not None:
+            raise EventStateError("ev.profile(): this profile has been entered already; make a new one")
+        self._profiler = Profiler()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        profiler, self._profiler = self._profiler, None
+        if profiler is not None:
+            self._profile = profiler.stop(self._timeout)
+
+    @property
+    def profile(self) -> Profile:
+        """The Profile, once the ``with`` block has ended."""
+        if self._profile is None:
+            where = "still recording" if self._profiler is not None else "not started"
+            raise EventStateError(
+                f"ev.profile(): the profile is taken when the with block ends ({where})")
+        return self._profile
+
+    @property
+    def ops(self) -> list:
+        return self.profile.ops
+
+    @property
+    def records(self) -> list:
+        return self.profile.records
+
+    @property
+    def host_waits(self) -> list:
+        return self.profile.host_waits
+
+    @property
+    def callbacks(self) -> list:
+        return self.profile.callbacks
+
+    @property
+    def duration_us(self) -> float:
+        return self.profile.duration_us
+
+    def chrome_trace(self) -> str:
+        return self.profile.chrome_trace()
+
+    def export_chrome_trace(self, path: Any) -> None:
+        self.profile.export_chrome_trace(path)
+
+    def timeline_html(self) -> str:
+        return self.profile.timeline_html()
+
+    def export_timeline(self, path: Any) -> None:
+        self.profile.export_timeline(path)
+
+    def __repr__(self) -> str:
+        if self._profile is not None:
+            return f"<eventide.profile {repr(self._profile)[len('<eventide.Profile: '):-1]}>"
+        return "<eventide.profile recording>" if self._profiler is not None else "<eventide.profile not started>"
 
 
 # --- asyncio -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/event_state.hpp"
+#include "core/profiler_state.hpp"
 #include "core/work.hpp"
 #include "eventide/runtime.hpp"
 
@@ -103,12 +104,18 @@ void Dispatcher::run() {
       continue;
     }
     for (Item& item : batch) {
+      const bool profiled = profiling();
+      const std::int64_t start = profiled ? host_now_ns() : 0;
       try {
         item.fn();
       } catch (...) {
         std::string where = "a callback";
         if (item.source) where = "callback of " + item.source->str();
         report_callback_error(std::current_exception(), where);
+      }
+      if (profiled) [[unlikely]] {
+        ProfilerState::on_callback(item.source ? item.source->profile_id() : 0, "callbacks " + name_,
+                                   start, host_now_ns());
       }
       // Destroy the callable here, not under the queue lock: it may own anything.
       item.fn = Callback();

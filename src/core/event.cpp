@@ -158,6 +158,14 @@ void EventState::on_armed_fence_passed() noexcept {
 
 void EventState::record(Ref<Work> work, std::optional<Device> device, Ref<Work> also) {
   Actions actions;
+  // The op the event reports on: the last op, not a wait after it.
+  Ref<Work> profiled_op;
+  std::int64_t profiled_at = 0;
+  const bool profiled = profiling();
+  if (profiled) [[unlikely]] {
+    profiled_op = also ? also : work;
+    profiled_at = host_now_ns();
+  }
   {
     std::lock_guard lock(mu_);
     if (device) {
@@ -185,18 +193,22 @@ void EventState::record(Ref<Work> work, std::optional<Device> device, Ref<Work> 
     }
   }
   run(actions);
+  if (profiled) [[unlikely]] ProfilerState::on_record(profile_id(), str(), profiled_op, profiled_at);
 }
 
 void EventState::record_nothing(Device device) {
-  std::lock_guard lock(mu_);
-  if (device_ && *device_ != device) {
-    throw InvalidArgument("cannot record a stream of " + device.str() + " on an event of " +
-                          device_->str() + ": use one event per device");
+  {
+    std::lock_guard lock(mu_);
+    if (device_ && *device_ != device) {
+      throw InvalidArgument("cannot record a stream of " + device.str() + " on an event of " +
+                            device_->str() + ": use one event per device");
+    }
+    device_ = device;
+    if (status_.load(std::memory_order_relaxed) == EventStatus::empty) {
+      status_.store(EventStatus::finished, std::memory_order_release);
+    }
   }
-  device_ = device;
-  if (status_.load(std::memory_order_relaxed) == EventStatus::empty) {
-    status_.store(EventStatus::finished, std::memory_order_release);
-  }
+  if (profiling()) [[unlikely]] ProfilerState::on_record(profile_id(), str(), nullptr, host_now_ns());
 }
 
 bool EventState::poll() noexcept {
@@ -247,6 +259,20 @@ void EventState::remove_notifier(const Parker* parker) noexcept {
 bool EventState::wait_until(const Deadline& deadline) {
   const std::uint64_t finished_before = finishes();
   if (poll()) return true;
+  if (!profiling() || expired(deadline)) [[likely]] return wait_pending(deadline, finished_before);
+  // A host wait for the profiler: when, and for which ops.
+  std::vector<Ref<Work>> ops;
+  {
+    std::lock_guard lock(mu_);
+    ops = pending_;
+  }
+  const std::int64_t start = host_now_ns();
+  const bool done = wait_pending(deadline, finished_before);
+  ProfilerState::on_host_wait(profile_id(), ops, start, host_now_ns(), done);
+  return done;
+}
+
+bool EventState::wait_pending(const Deadline& deadline, std::uint64_t finished_before) {
   if (status_.load(std::memory_order_acquire) == EventStatus::empty) {
     throw StateError("cannot wait on an empty event (" + str() +
                      "): record work on it first, or it would never finish");

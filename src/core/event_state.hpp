@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/parker.hpp"
+#include "core/profiler_state.hpp"
 #include "core/small_vector.hpp"
 #include "core/work.hpp"
 #include "eventide/event.hpp"
@@ -59,6 +60,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // When the last tied work ended, in its device's clock (ns); for elapsed_time().
   std::int64_t completion_ns();
   std::string str() const;
+  // This event's id in profiles (given at the first call).
+  std::uint64_t profile_id() const noexcept { return profile_event_id(profile_id_); }
 
   // What a stream waiting on this event must wait for.
   struct Snapshot {
@@ -110,6 +113,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
   void clear_locked();
   void run(Actions& actions) noexcept;
   void user_finish(std::exception_ptr error, bool is_set);
+  // wait_until once the event was found pending.
+  bool wait_pending(const Deadline& deadline, std::uint64_t finished_before);
   bool finished_locked() const noexcept {
     auto s = status_.load(std::memory_order_relaxed);
     return s == EventStatus::finished || s == EventStatus::failed;
@@ -138,6 +143,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
   std::vector<Ref<Parker>> notifiers_;
   bool armed_ = false;
   std::unique_ptr<UserPart> user_;
+  mutable std::atomic<std::uint64_t> profile_id_{0};
 };
 
 // Held by UserEvent handles only (not by plain Event copies): when the last one goes, an

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/event_state.hpp"
+#include "core/profiler_state.hpp"
 #include "core/runtime.hpp"
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
@@ -70,6 +71,10 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
     submit_locked(work);
     throw;
   }
+  // Recorded before it is submitted, while its deps are still there to be read.
+  if (profiling()) [[unlikely]] {
+    ProfilerState::on_launch(*this, work, ProfilerState::describe_tensors(reads, writes));
+  }
   submit_locked(work);
   return work;
 }
@@ -96,6 +101,7 @@ void StreamState::wait(EventState& event) {
     work->set_error(std::make_exception_ptr(OpError(what, "wait", root_cause(snap.error))));
   }
   gate_ = work;
+  if (profiling()) [[unlikely]] ProfilerState::on_wait(*this, work, event.profile_id());
   submit_locked(work);
 }
 
@@ -133,9 +139,9 @@ std::exception_ptr StreamState::error() const {
   return nullptr;
 }
 
-bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline) {
-  if (timeline.passed(seq)) return true;
-  check_not_waiting_on_self(timeline, seq);
+namespace {
+
+bool wait_for_pending_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline) {
   if (spin_until([&] { return timeline.passed(seq); }, deadline)) return true;
   const Ref<Parker>& parker = this_thread_parker();
   timeline.listen(seq, std::make_unique<UnparkListener>(parker));
@@ -146,7 +152,20 @@ bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadl
   return true;
 }
 
+}  // namespace
+
+bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline) {
+  if (timeline.passed(seq)) return true;
+  check_not_waiting_on_self(timeline, seq);
+  if (!profiling() || expired(deadline)) [[likely]] return wait_for_pending_fence(timeline, seq, deadline);
+  const std::int64_t start = host_now_ns();
+  const bool done = wait_for_pending_fence(timeline, seq, deadline);
+  ProfilerState::on_fence_wait(timeline, seq, start, host_now_ns(), done);
+  return done;
+}
+
 void execute_work(Work& work, const Ref<Parker>& parker, const std::atomic<bool>& stop) noexcept {
+  const std::int64_t reached = work.timed() ? 0 : host_now_ns();
   // Dependencies on other timelines (same-timeline ones are done: streams run in order).
   for (const Dep& dep : work.deps()) {
     Timeline& t = dep.work->timeline();
@@ -166,6 +185,10 @@ void execute_work(Work& work, const Ref<Parker>& parker, const std::atomic<bool>
   }
   std::int64_t start = host_now_ns();
   std::int64_t end = start;
+  // A wait has no device time of its own; its times say how long it held the stream: from
+  // when the stream reached it to when what it waited for had finished (the profiler draws
+  // that). Ops are timed from when their dependencies had finished.
+  if (!work.timed()) start = reached;
   if (!work.error() && work.body()) {
     set_running_work(&work);
     try {

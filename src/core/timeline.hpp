@@ -21,6 +21,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,6 +64,15 @@ class Timeline : public RefCounted {
   // Blocks until the device time of `work` (done, on this timeline) is known. Timelines
   // whose work knows its time when it finishes (the CPU) have nothing to wait for.
   virtual void await_timing(Work& work) { (void)work; }
+  // The same for many works (done, on this timeline): a device whose times arrive in batches
+  // (CUPTI) gets them all at once.
+  virtual void await_timings(std::span<Work* const> works) {
+    for (Work* w : works) await_timing(*w);
+  }
+  // A time of this timeline's work (Work::start_ns, end_ns) on the host's clock
+  // (host_now_ns): the profiler puts the work of every device on one time axis. The host's
+  // own timelines (the CPU, UserEvents) are on it already.
+  virtual std::int64_t to_host_ns(std::int64_t device_ns) const noexcept { return device_ns; }
 
   // Whether a listener is registered (the watcher of a GPU timeline watches only those).
   bool has_listeners() const noexcept {

@@ -1,6 +1,10 @@
-// The commands of the `eventide` program, one per source file; main.cpp parses argv and
-// calls them. Each returns the process exit status and writes to stdout (errors to stderr).
+// The commands of the `eventide` program, one per source file; main.cpp parses argv (CLI11)
+// and calls them. Each returns the process exit status and writes its results to stdout,
+// errors and progress to stderr.
 #pragma once
+
+#include <optional>
+#include <string>
 
 #include <eventide/eventide.hpp>
 
@@ -12,11 +16,34 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
 
-// Runs every scenario of the seed tutorial on `device`, printing what happened; kExitOk when
-// every scenario passed its checks.
-int run_demo(Device device);
+struct DemoOptions {
+  Device device;
+  // Where to save the profile of the whole demo (it then runs under an ev::Profiler): a
+  // Chrome trace (Perfetto, chrome://tracing) and a self-contained timeline page.
+  std::optional<std::string> trace_path;
+  std::optional<std::string> timeline_path;
+};
+
+// Runs every scenario of the seed tutorial on `options.device`, printing what happened;
+// kExitOk when every scenario passed its checks (and the profile, if asked for, was saved).
+int run_demo(const DemoOptions& options);
 
 // Lists the devices, the default device and the version.
 int run_info();
+
+struct BenchOptions {
+  Device device;
+  bool quick = false;
+  std::optional<std::string> filter;   // ECMAScript regex, searched in each benchmark's name
+  std::optional<std::string> out_dir;  // where bench.json, bench.md and bench.svg go
+  bool list = false;                   // list the benchmarks that would run, run nothing
+  std::string command_line;            // as typed, for the report
+};
+
+// Runs the benchmark suite of `options.device` (each figure beside its anchor, in this
+// process), with a progress bar on stderr; prints the table and writes the files. kExitOk
+// when every benchmark ran (goals missed are figures, not failures), kExitUsage when the
+// filter matches none, kExitFailed when a benchmark threw or a file could not be written.
+int run_bench(const BenchOptions& options);
 
 }  // namespace eventide::cli

@@ -1,11 +1,15 @@
 // The `eventide` program: `eventide demo` runs the seed tutorial's scenarios for real,
-// `eventide info` lists devices. Arguments are parsed by hand: there are two commands and one
-// option, not enough to be worth a dependency.
+// `eventide bench` measures eventide beside its anchors, `eventide info` lists devices.
+// Arguments are parsed by CLI11; this file maps its outcomes to the exit statuses of cli.hpp
+// (help and version: 0; any usage error: 2, with the usage of the command concerned).
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <optional>
+#include <regex>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "cli.hpp"
@@ -15,28 +19,66 @@ namespace cli = eventide::cli;
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: eventide <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  demo [--device DEVICE]  run every scenario of the seed tutorial (events, waiting,\n"
-    "                          polling, timing, callbacks, streams) and print what happened\n"
-    "  info                    list the devices, the default device and the version\n"
-    "  help                    print this help (also --help, -h)\n"
-    "  version                 print the version (also --version)\n"
-    "\n"
-    "options:\n"
-    "  --device DEVICE         cpu, cuda or cuda:N; default: $EVENTIDE_DEVICE, else cuda:0\n"
-    "                          if present, else cpu\n"
-    "\n"
-    "exit status: 0 success, 1 a check or the device failed, 2 bad usage\n";
+constexpr const char* kDeviceHelp =
+    "cpu, cuda or cuda:N; default: $EVENTIDE_DEVICE, else cuda:0 if present, else cpu";
 
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "eventide: %s\n\n%s", message.c_str(), kUsage);
-  return cli::kExitUsage;
+constexpr const char* kFooter =
+    "Run 'eventide <command> --help' for a command's options.\n"
+    "exit status: 0 success, 1 a check or the device failed, 2 bad usage";
+
+// CLI11's help with the usage line first, in the lower case of the old hand-written help
+// (scripts and tests match "usage: eventide <command>").
+class Formatter : public CLI::Formatter {
+ public:
+  Formatter() {
+    label("OPTIONS", "options");
+    label("SUBCOMMAND", "<command>");
+    label("Usage", "usage");
+    label("Subcommands", "commands");
+    column_width(26);
+  }
+
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    if (app->get_parent() == nullptr) return "usage: " + name + " <command> [options]\n";
+    return CLI::Formatter::make_usage(app, std::move(name));
+  }
+
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
+    if (mode == CLI::AppFormatMode::Sub) return CLI::Formatter::make_help(app, name, mode);
+    return make_usage(app, name) + "\n" + make_description(app) + make_positionals(app) +
+           make_groups(app, mode) + make_subcommands(app, mode) + "\n" + make_footer(app);
+  }
+};
+
+// Checks the spelling of a device ("cpu", "cuda:1"); whether it exists is checked after
+// parsing, so that the message can list the devices there are.
+CLI::Validator device_spelling() {
+  return CLI::Validator(
+      [](std::string& spec) -> std::string {
+        try {
+          ev::Device d(spec);
+          (void)d;
+          return {};
+        } catch (const ev::Error& e) {
+          return e.what();
+        }
+      },
+      "DEVICE");
 }
 
-bool is_help(std::string_view arg) { return arg == "help" || arg == "--help" || arg == "-h"; }
+CLI::Validator regex_syntax() {
+  return CLI::Validator(
+      [](std::string& pattern) -> std::string {
+        try {
+          std::regex re(pattern);
+          (void)re;
+          return {};
+        } catch (const std::regex_error& e) {
+          return "not a regular expression (" + std::string(e.what()) + "): " + pattern;
+        }
+      },
+      "REGEX");
+}
 
 // The device named on the command line (or the default one), checked to exist here.
 // Errors are reported, and nullopt returned, so the caller exits with kExitUsage.
@@ -47,8 +89,14 @@ std::optional<ev::Device> resolve_device(const std::optional<std::string>& spec)
     if (!ev::is_available(d)) {
       std::string have;
       for (ev::Device x : ev::devices()) have += (have.empty() ? "" : ", ") + x.str();
-      std::fprintf(stderr, "eventide: device %s is not available here (devices: %s)\n",
-                   d.str().c_str(), have.c_str());
+      std::string why;
+      try {
+        ev::device_info(d);  // throws, in the runtime's words: no backend, driver or device
+      } catch (const ev::Error& e) {
+        why = std::string(": ") + e.what();
+      }
+      std::fprintf(stderr, "eventide: device %s is not available here (devices: %s)%s\n",
+                   d.str().c_str(), have.c_str(), why.c_str());
       return std::nullopt;
     }
     return d;
@@ -58,52 +106,131 @@ std::optional<ev::Device> resolve_device(const std::optional<std::string>& spec)
   }
 }
 
-int demo_command(const std::vector<std::string>& args) {
-  std::optional<std::string> device;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (is_help(arg)) {
-      std::fputs(kUsage, stdout);
-      return cli::kExitOk;
+// The program's own help (App::help shows the help of the command parsed, if any).
+std::string root_help(const CLI::App& app) {
+  return app.get_formatter()->make_help(&app, app.get_name(), CLI::AppFormatMode::Normal);
+}
+
+// The innermost command that parsing reached (the program itself if none).
+const CLI::App* innermost(const CLI::App& app) {
+  const CLI::App* at = &app;
+  while (!at->get_subcommands().empty()) at = at->get_subcommands().front();
+  return at;
+}
+
+int usage_error(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  const CLI::App* at = innermost(app);
+  std::string message = e.what();
+  // A first word that is not an option and not a command: CLI11 calls it an unexpected
+  // argument; to a user it is a command that does not exist.
+  if (at == &app && dynamic_cast<const CLI::ExtrasError*>(&e) && argc > 1 && argv[1][0] != '-') {
+    std::string commands;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      commands += (commands.empty() ? "" : ", ") + sub->get_name();
     }
-    if (arg == "--device") {
-      if (i + 1 == args.size()) return usage_error("--device needs a value (cpu, cuda:0, ...)");
-      device = args[++i];
-    } else if (arg.rfind("--device=", 0) == 0) {
-      device = arg.substr(std::string_view("--device=").size());
-    } else {
-      return usage_error("demo: unknown argument '" + arg + "'");
-    }
+    message = "unknown command '" + std::string(argv[1]) + "' (commands: " + commands + ")";
   }
-  std::optional<ev::Device> d = resolve_device(device);
-  if (!d) return cli::kExitUsage;
-  return cli::run_demo(*d);
+  std::fprintf(stderr, "eventide: %s\n\n%s", message.c_str(), app.help().c_str());
+  return cli::kExitUsage;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || is_help(args[0])) {
-    std::fputs(kUsage, stdout);
-    return cli::kExitOk;
-  }
-  const std::string command = args[0];
-  std::vector<std::string> rest(args.begin() + 1, args.end());
+  const std::string version = "eventide " + std::string(ev::version());
+  CLI::App app{"Asynchronous device work and its synchronization: streams, events, callbacks.",
+               "eventide"};
+  app.formatter(std::make_shared<Formatter>());
+  app.set_help_flag("-h,--help", "print this help and exit");
+  app.set_version_flag("--version", version, "print the version and exit");
+  app.require_subcommand(0, 1);
+  app.footer(kFooter);
+
+  // demo
+  std::optional<std::string> demo_device;
+  cli::DemoOptions demo_options;
+  CLI::App* demo = app.add_subcommand(
+      "demo", "run every scenario of the seed tutorial (events, waiting, polling, timing, "
+              "callbacks, streams) and print what happened");
+  demo->add_option("--device", demo_device, kDeviceHelp)->check(device_spelling());
+  demo->add_option("--trace", demo_options.trace_path,
+                   "run under ev::Profiler and save a Chrome trace (Perfetto, chrome://tracing)")
+      ->type_name("FILE");
+  demo->add_option("--timeline", demo_options.timeline_path,
+                   "run under ev::Profiler and save the timeline as a self-contained HTML page")
+      ->type_name("FILE");
+
+  // bench
+  std::optional<std::string> bench_device;
+  cli::BenchOptions bench_options;
+  CLI::App* bench = app.add_subcommand(
+      "bench", "measure eventide beside its anchors (the standard library, BLAS, raw CUDA) in "
+               "this process; print the table, write JSON, Markdown and an SVG chart");
+  bench->add_option("--device", bench_device, kDeviceHelp)->check(device_spelling());
+  bench->add_flag("--quick", bench_options.quick,
+                  "fewer rounds and smaller matrices (about 10 s on 2 cores)");
+  bench->add_option("--filter", bench_options.filter,
+                    "run only the benchmarks whose name matches (regex search; see --list)")
+      ->check(regex_syntax());
+  bench->add_option("--out", bench_options.out_dir,
+                    "write bench.json, bench.md and bench.svg into DIR (made if missing)")
+      ->type_name("DIR");
+  bench->add_flag("--list", bench_options.list, "list the benchmarks and run nothing");
+  bench->footer("Goals missed are reported in the table, not in the exit status.");
+
+  CLI::App* info = app.add_subcommand("info", "list the devices, the default device and the version");
+  CLI::App* version_command = app.add_subcommand("version", "print the version");
+  std::optional<std::string> help_topic;
+  CLI::App* help = app.add_subcommand("help", "print this help, or a command's");
+  help->add_option("command", help_topic, "the command to explain");
+
   try {
-    if (command == "demo") return demo_command(rest);
-    if (command == "info") {
-      if (!rest.empty()) return usage_error("info takes no arguments");
-      return cli::run_info();
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);  // the help of the innermost command, on stdout
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(app, e, argc, argv);
+  }
+
+  try {
+    if (demo->parsed()) {
+      std::optional<ev::Device> d = resolve_device(demo_device);
+      if (!d) return cli::kExitUsage;
+      demo_options.device = *d;
+      return cli::run_demo(demo_options);
     }
-    if (command == "version" || command == "--version") {
-      std::printf("eventide %s\n", std::string(ev::version()).c_str());
+    if (bench->parsed()) {
+      std::optional<ev::Device> d = resolve_device(bench_device);
+      if (!d) return cli::kExitUsage;
+      bench_options.device = *d;
+      for (int i = 0; i < argc; ++i) bench_options.command_line += (i ? " " : "") + std::string(argv[i]);
+      return cli::run_bench(bench_options);
+    }
+    if (info->parsed()) return cli::run_info();
+    if (version_command->parsed()) {
+      std::printf("%s\n", version.c_str());
       return cli::kExitOk;
     }
+    if (help->parsed() && help_topic) {
+      for (const CLI::App* sub : app.get_subcommands({})) {
+        if (sub->get_name() == *help_topic) {
+          std::fputs(sub->help("eventide").c_str(), stdout);
+          return cli::kExitOk;
+        }
+      }
+      std::fprintf(stderr, "eventide: help: unknown command '%s'\n\n%s", help_topic->c_str(),
+                   root_help(app).c_str());
+      return cli::kExitUsage;
+    }
   } catch (const std::exception& e) {
-    // Scenarios catch their own errors; this is for the device failing outside them.
-    std::fprintf(stderr, "eventide %s: %s\n", command.c_str(), e.what());
+    // Scenarios and benchmarks catch their own errors; this is for the device failing
+    // outside them.
+    std::fprintf(stderr, "eventide %s: %s\n", innermost(app)->get_name().c_str(), e.what());
     return cli::kExitFailed;
   }
-  return usage_error("unknown command '" + command + "'");
+  // No command (or `help` alone): the help, as a successful call.
+  std::fputs(root_help(app).c_str(), stdout);
+  return cli::kExitOk;
 }

@@ -51,6 +51,12 @@ void CudaTimeline::listener_added() noexcept { device_.wake(); }
 
 void CudaTimeline::await_timing(Work& work) { Timing::get().await(work); }
 
+void CudaTimeline::await_timings(std::span<Work* const> works) { Timing::get().await_all(works); }
+
+std::int64_t CudaTimeline::to_host_ns(std::int64_t device_ns) const noexcept {
+  return Timing::get().to_host_ns(device_.device().index(), device_ns);
+}
+
 // --- CudaStream --------------------------------------------------------------------------
 
 CudaStream::CudaStream(Device device, std::uint64_t id, CudaDevice& owner, cudaStream_t native)

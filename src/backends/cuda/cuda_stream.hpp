@@ -62,6 +62,9 @@ class CudaTimeline final : public detail::Timeline {
   CUdeviceptr counter_address() const noexcept { return word_.device; }
   CudaDevice& device() const noexcept { return device_; }
   void await_timing(Work& work) override;
+  void await_timings(std::span<Work* const> works) override;
+  // CUPTI's clock (or, with event pairs, the device's reference event) to the host's.
+  std::int64_t to_host_ns(std::int64_t device_ns) const noexcept override;
 
  protected:
   void listener_added() noexcept override;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -19,6 +20,11 @@ using detail::Work;
 namespace {
 
 constexpr std::size_t kBufferSize = std::size_t{4} << 20;
+// A reference event that completed within this long was recorded on an idle stream.
+constexpr std::int64_t kReferenceIdleNs = 100'000;
+// CUPTI's clock against the host's: measured again when the last measure is this old, so
+// that a long process follows a clock that is stepped or drifts.
+constexpr std::int64_t kCalibrationAgeNs = 10'000'000'000;
 
 const char* cupti_text(CUptiResult r) {
   const char* s = nullptr;
@@ -50,9 +56,15 @@ struct Timing::Impl {
   std::mutex flush_mu;
   std::string why;  // why CUPTI is not in use, if it is not
 
-  // Events mode: per device, an event recorded at start-up that times are measured from.
+  // Events mode: per device, an event recorded at start-up that times are measured from, and
+  // the host time (host_now_ns) at which it completed.
   std::unordered_map<int, cudaEvent_t> reference;
+  std::unordered_map<int, std::int64_t> reference_host_ns;
   std::vector<cudaEvent_t> spare_events;
+
+  // CUPTI's clock minus the host's, and when that was measured (host ns; 0: never). Under mu.
+  std::int64_t cupti_offset_ns = 0;
+  std::int64_t cupti_offset_at = 0;
 
   void merge(std::uint64_t id, std::uint64_t start, std::uint64_t end) {
     auto it = entries.find(id);
@@ -234,9 +246,18 @@ Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
       cudaGetDevice(&e.device);
       if (!impl.reference.count(e.device)) {
         cudaEvent_t ref;
-        if (cudaEventCreate(&ref) == cudaSuccess && cudaEventRecord(ref, nullptr) == cudaSuccess) {
-          cudaEventSynchronize(ref);
-          impl.reference[e.device] = ref;
+        if (cudaEventCreate(&ref) == cudaSuccess) {
+          const std::int64_t before = detail::host_now_ns();
+          if (cudaEventRecord(ref, nullptr) == cudaSuccess) {
+            cudaEventSynchronize(ref);
+            const std::int64_t after = detail::host_now_ns();
+            impl.reference[e.device] = ref;
+            // It completed between the two: on an idle stream at once (the middle is within a
+            // few microseconds); behind other work (the legacy stream is shared), just before
+            // the synchronize returned.
+            impl.reference_host_ns[e.device] =
+                after - before < kReferenceIdleNs ? before + (after - before) / 2 : after;
+          }
         }
       }
       for (cudaEvent_t* ev : {&e.start, &e.end}) {
@@ -311,6 +332,52 @@ void Timing::await(Work& work) {
   std::lock_guard flush_lock(impl_->flush_mu);
   if (work.timing_known()) return;  // another thread's flush covered it
   flush_locked();
+}
+
+void Timing::await_all(std::span<Work* const> works) {
+  bool unknown = false;
+  for (Work* w : works) {
+    if (w->timing_known()) continue;
+    retired(*w);  // finished, even if the watcher has not seen it yet
+    if (!w->timing_known()) unknown = true;
+  }
+  if (!unknown || mode_ != Mode::cupti) return;
+  // Every one of them is retired now: one flush makes all their times final.
+  std::lock_guard flush_lock(impl_->flush_mu);
+  flush_locked();
+}
+
+std::int64_t Timing::to_host_ns(int device, std::int64_t device_ns) noexcept {
+  switch (mode_) {
+    case Mode::cupti: {
+      const std::int64_t now = detail::host_now_ns();
+      std::lock_guard lock(impl_->mu);
+      if (impl_->cupti_offset_at == 0 || now - impl_->cupti_offset_at > kCalibrationAgeNs) {
+        // The narrowest of a few brackets: the least disturbed by preemption.
+        std::int64_t best_width = std::numeric_limits<std::int64_t>::max();
+        for (int i = 0; i < 8; ++i) {
+          const std::int64_t before = detail::host_now_ns();
+          std::uint64_t cupti_now = 0;
+          if (cuptiGetTimestamp(&cupti_now) != CUPTI_SUCCESS) break;
+          const std::int64_t after = detail::host_now_ns();
+          if (after - before < best_width) {
+            best_width = after - before;
+            impl_->cupti_offset_ns = static_cast<std::int64_t>(cupti_now) - (before + (after - before) / 2);
+          }
+        }
+        impl_->cupti_offset_at = now;
+      }
+      return device_ns - impl_->cupti_offset_ns;
+    }
+    case Mode::events: {
+      std::lock_guard lock(impl_->mu);
+      auto it = impl_->reference_host_ns.find(device);
+      return it == impl_->reference_host_ns.end() ? device_ns : it->second + device_ns;
+    }
+    case Mode::off:
+      break;
+  }
+  return device_ns;
 }
 
 void Timing::maintain() {

@@ -17,12 +17,19 @@
 // profiler that holds it), "off" (time_elapsed of CUDA work is 0). The mode actually in use
 // is in `eventide info`.
 //
+// Clocks: CUPTI's timestamps are on CUPTI's own clock (cuptiGetTimestamp); event-pair times
+// are nanoseconds since a reference event recorded on the device at the first timed op.
+// to_host_ns() puts either on the host's clock (host_now_ns), for the profiler: CUPTI's by
+// an offset measured once (cuptiGetTimestamp between two host_now_ns(), the narrowest of a
+// few tries), event pairs by the host time at which the reference event completed.
+//
 // Thread-safety: all members, from any thread.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "core/work.hpp"
@@ -60,6 +67,10 @@ class Timing {
   void retired(detail::Work& work) noexcept;
   // Blocks until the device time of `work` (finished) is known.
   void await(detail::Work& work);
+  // The same for many works (finished), with one flush for all.
+  void await_all(std::span<detail::Work* const> works);
+  // A time of work on `device` (Work::start_ns, end_ns) on the host's clock.
+  std::int64_t to_host_ns(int device, std::int64_t device_ns) noexcept;
   // Called by the watchers: flushes now and then so that the records of finished work that
   // nobody asked the time of do not pile up.
   void maintain();

@@ -1,11 +1,11 @@
-// Kernels for bench/cuda_bench.cpp: a kernel that holds until the host releases it (to time
-// how long the host takes to notice the end of GPU work), and one that spins a set time and
-// records its own start and end.
-#include <cuda_runtime.h>
+// Kernels for cuda_measure.cpp: one that holds until the host releases it (to time how long
+// the host takes to notice the end of GPU work), and one that spins a set time and records
+// its own start and end (to check op times against the kernel's own clock).
+#include "cuda_kernels.hpp"
 
-#include <cstdint>
+namespace eventide::bench::cuda::kernels {
 
-namespace bench {
+namespace {
 
 __device__ unsigned long long globaltimer() {
   unsigned long long t;
@@ -13,7 +13,6 @@ __device__ unsigned long long globaltimer() {
   return t;
 }
 
-// Spins until *gate >= value (host-written pinned memory), then writes *done = value.
 __global__ void hold_kernel(const volatile std::uint64_t* gate, std::uint64_t value,
                             volatile std::uint64_t* done) {
   while (*gate < value) {
@@ -29,6 +28,8 @@ __global__ void spin_kernel(long long ns, unsigned long long* stamps) {
   stamps[1] = globaltimer();
 }
 
+}  // namespace
+
 void hold(const std::uint64_t* gate, std::uint64_t value, std::uint64_t* done, cudaStream_t s) {
   hold_kernel<<<1, 1, 0, s>>>(gate, value, done);
 }
@@ -37,4 +38,4 @@ void spin(long long ns, unsigned long long* stamps, cudaStream_t s) {
   spin_kernel<<<1, 1, 0, s>>>(ns, stamps);
 }
 
-}  // namespace bench
+}  // namespace eventide::bench::cuda::kernels

@@ -1,0 +1,390 @@
+#include "cuda_measure.hpp"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "cuda_kernels.hpp"
+#include "measure.hpp"
+
+namespace ev = eventide;
+using namespace std::chrono_literals;
+
+namespace eventide::bench::cuda {
+
+namespace {
+
+void check(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string(call) + " failed: " + cudaGetErrorName(status) + " (" +
+                             cudaGetErrorString(status) + ")");
+  }
+}
+
+void check(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string(call) + " failed: cuBLAS status " +
+                             std::to_string(static_cast<int>(status)));
+  }
+}
+
+#define EVENTIDE_BENCH_CHECK(call) check((call), #call)
+
+// Owners of the raw CUDA objects the anchors use. Destructors ignore errors (never throw).
+struct RawStream {
+  cudaStream_t s = nullptr;
+  RawStream() { EVENTIDE_BENCH_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~RawStream() {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+  RawStream(const RawStream&) = delete;
+  RawStream& operator=(const RawStream&) = delete;
+};
+
+struct RawEvent {
+  cudaEvent_t e = nullptr;
+  explicit RawEvent(unsigned flags = cudaEventDefault) {
+    EVENTIDE_BENCH_CHECK(cudaEventCreateWithFlags(&e, flags));
+  }
+  ~RawEvent() { cudaEventDestroy(e); }
+  RawEvent(const RawEvent&) = delete;
+  RawEvent& operator=(const RawEvent&) = delete;
+};
+
+// Pinned, mapped host words that the host writes and kernels read (gates), and the reverse.
+struct Pinned {
+  std::uint64_t* host = nullptr;
+  Pinned() {
+    EVENTIDE_BENCH_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host), 4096, cudaHostAllocMapped));
+    std::memset(host, 0, 4096);
+  }
+  ~Pinned() { cudaFreeHost(host); }
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  // Word i, 64 bytes apart so that gate and reply do not share a cache line.
+  volatile std::uint64_t& at(int i) { return *reinterpret_cast<volatile std::uint64_t*>(host + 8 * i); }
+  std::uint64_t* device_ptr(int i) {
+    void* p = nullptr;
+    EVENTIDE_BENCH_CHECK(cudaHostGetDevicePointer(&p, host + 8 * i, 0));
+    return static_cast<std::uint64_t*>(p);
+  }
+};
+
+struct DeviceMemory {
+  void* p = nullptr;
+  explicit DeviceMemory(std::size_t bytes) { EVENTIDE_BENCH_CHECK(cudaMalloc(&p, bytes)); }
+  ~DeviceMemory() { cudaFree(p); }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+};
+
+void use_device(Device gpu) { EVENTIDE_BENCH_CHECK(cudaSetDevice(gpu.index())); }
+
+// A tensor on `gpu` whose producer has finished.
+ev::Tensor finished_tensor(Device gpu) {
+  ev::Tensor t = ev::ones({16}, ev::DType::f32, gpu);
+  t.wait();
+  return t;
+}
+
+constexpr int kPerBatch = 100;
+
+// Long enough for the host side of a launch to settle, so the gate is set while the kernel
+// is already spinning on the GPU.
+void settle() { std::this_thread::sleep_for(50us); }
+
+}  // namespace
+
+Compared poll(Device gpu, int batches) {
+  use_device(gpu);
+  ev::Event e;
+  e.record(finished_tensor(gpu));
+  e.wait();
+  Compared c;
+  c.ours = per_call(batches, kPerBatch, [&] { (void)e.poll(); });
+  RawStream raw;
+  RawEvent ce(cudaEventDisableTiming);
+  EVENTIDE_BENCH_CHECK(cudaEventRecord(ce.e, raw.s));
+  EVENTIDE_BENCH_CHECK(cudaEventSynchronize(ce.e));
+  c.anchor = per_call(batches, kPerBatch, [&] { (void)cudaEventQuery(ce.e); });
+  return c;
+}
+
+Compared record(Device gpu, int batches) {
+  use_device(gpu);
+  ev::Tensor t = finished_tensor(gpu);
+  Compared c;
+  c.ours = per_call(batches, kPerBatch, [&] {
+    ev::Event x;
+    x.record(t);
+  });
+  RawStream raw;
+  RawEvent timed, untimed(cudaEventDisableTiming);
+  c.anchor = per_call(std::max(1, batches / 2), kPerBatch, [&] { (void)cudaEventRecord(timed.e, raw.s); });
+  c.anchor2 = per_call(std::max(1, batches / 2), kPerBatch, [&] { (void)cudaEventRecord(untimed.e, raw.s); });
+  EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
+  return c;
+}
+
+Compared stream_wait(Device gpu, int batches) {
+  use_device(gpu);
+  ev::Event e;
+  e.record(finished_tensor(gpu));
+  e.wait();
+  ev::Stream s(gpu);
+  Compared c;
+  c.ours = per_call(std::max(1, batches / 4), kPerBatch, [&] { s.wait(e); });
+  s.synchronize();
+  RawStream raw;
+  RawEvent ce(cudaEventDisableTiming);
+  EVENTIDE_BENCH_CHECK(cudaEventRecord(ce.e, raw.s));
+  EVENTIDE_BENCH_CHECK(cudaEventSynchronize(ce.e));
+  c.anchor = per_call(std::max(1, batches / 4), kPerBatch, [&] { (void)cudaStreamWaitEvent(raw.s, ce.e, 0); });
+  EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
+  return c;
+}
+
+Compared completion_wait(Device gpu, int rounds) {
+  use_device(gpu);
+  Pinned p;
+  std::uint64_t* gate = p.device_ptr(0);
+  std::uint64_t* done = p.device_ptr(1);
+  Compared c;
+  std::uint64_t v = 0;
+  {
+    ev::Stream s(gpu);
+    cudaStream_t sh = static_cast<cudaStream_t>(s.native_handle());
+    for (int i = 0; i < rounds; ++i) {
+      ++v;
+      ev::Event e = s.enqueue("hold", [=] { kernels::hold(gate, v, nullptr, sh); });
+      settle();
+      const auto t0 = Clock::now();
+      p.at(0) = v;
+      e.wait();
+      c.ours.push_back(ns_between(t0, Clock::now()));
+    }
+  }
+  RawStream raw;
+  RawEvent ce(cudaEventDisableTiming);
+  for (int i = 0; i < rounds; ++i) {  // cudaEventSynchronize
+    ++v;
+    kernels::hold(gate, v, nullptr, raw.s);
+    EVENTIDE_BENCH_CHECK(cudaEventRecord(ce.e, raw.s));
+    settle();
+    const auto t0 = Clock::now();
+    p.at(0) = v;
+    EVENTIDE_BENCH_CHECK(cudaEventSynchronize(ce.e));
+    c.anchor.push_back(ns_between(t0, Clock::now()));
+  }
+  for (int i = 0; i < rounds; ++i) {  // the floor: the host polls a word the kernel writes
+    ++v;
+    kernels::hold(gate, v, done, raw.s);
+    settle();
+    const auto t0 = Clock::now();
+    p.at(0) = v;
+    while (p.at(1) != v) {
+    }
+    c.anchor2.push_back(ns_between(t0, Clock::now()));
+  }
+  EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
+  return c;
+}
+
+Compared completion_callback(Device gpu, int rounds) {
+  use_device(gpu);
+  Pinned p;
+  std::uint64_t* gate = p.device_ptr(0);
+  Compared c;
+  std::uint64_t v = 0;
+  // Stamped on the callback's thread; shared, so that a callback still returning after the
+  // host has read the stamp touches nothing that is gone.
+  struct Stamp {
+    std::atomic<std::int64_t> at{0};
+  };
+  {
+    ev::Stream s(gpu);
+    cudaStream_t sh = static_cast<cudaStream_t>(s.native_handle());
+    for (int i = 0; i < rounds; ++i) {
+      ++v;
+      ev::Event e = s.enqueue("hold", [=] { kernels::hold(gate, v, nullptr, sh); });
+      auto stamp = std::make_shared<Stamp>();
+      e.add_callback([stamp] { stamp->at.store(now_ns(), std::memory_order_release); });
+      settle();
+      const std::int64_t t0 = now_ns();
+      p.at(0) = v;
+      while (stamp->at.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+      c.ours.push_back(static_cast<double>(stamp->at.load() - t0));
+    }
+    s.synchronize();
+  }
+  RawStream raw;
+  Stamp host_fn;
+  // cudaLaunchHostFunc also stalls its stream while the function runs: fewer rounds.
+  for (int i = 0; i < std::max(1, rounds / 3); ++i) {
+    ++v;
+    host_fn.at.store(0);
+    kernels::hold(gate, v, nullptr, raw.s);
+    EVENTIDE_BENCH_CHECK(cudaLaunchHostFunc(
+        raw.s, [](void* d) { static_cast<Stamp*>(d)->at.store(now_ns(), std::memory_order_release); },
+        &host_fn));
+    settle();
+    const std::int64_t t0 = now_ns();
+    p.at(0) = v;
+    while (host_fn.at.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+    c.anchor.push_back(static_cast<double>(host_fn.at.load() - t0));
+  }
+  EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
+  return c;
+}
+
+Compared timing_error(Device gpu, int rounds) {
+  use_device(gpu);
+  constexpr long long kKernelNs = 10'000;
+  DeviceMemory stamps_mem(2 * sizeof(unsigned long long));
+  auto* stamps = static_cast<unsigned long long*>(stamps_mem.p);
+  Compared c;
+  {
+    ev::Stream s(gpu);
+    cudaStream_t sh = static_cast<cudaStream_t>(s.native_handle());
+    for (int i = 0; i < rounds; ++i) {
+      ev::Event e = s.enqueue("spin", [=] { kernels::spin(kKernelNs, stamps, sh); });
+      e.wait();
+      unsigned long long h[2];
+      EVENTIDE_BENCH_CHECK(cudaMemcpy(h, stamps, sizeof h, cudaMemcpyDeviceToHost));
+      const double own_ns = static_cast<double>(h[1] - h[0]);
+      c.anchor2.push_back(own_ns);
+      c.ours.push_back(std::abs(e.time_elapsed().count() * 1e3 - own_ns));
+    }
+  }
+  RawStream raw;
+  RawEvent a, b;
+  for (int i = 0; i < rounds; ++i) {
+    EVENTIDE_BENCH_CHECK(cudaEventRecord(a.e, raw.s));
+    kernels::spin(kKernelNs, stamps, raw.s);
+    EVENTIDE_BENCH_CHECK(cudaEventRecord(b.e, raw.s));
+    EVENTIDE_BENCH_CHECK(cudaEventSynchronize(b.e));
+    float ms = 0;
+    EVENTIDE_BENCH_CHECK(cudaEventElapsedTime(&ms, a.e, b.e));
+    unsigned long long h[2];
+    EVENTIDE_BENCH_CHECK(cudaMemcpy(h, stamps, sizeof h, cudaMemcpyDeviceToHost));
+    c.anchor.push_back(std::abs(static_cast<double>(ms) * 1e6 - static_cast<double>(h[1] - h[0])));
+  }
+  return c;
+}
+
+namespace {
+
+// cublasLtMatmul called directly: the heuristic's first algorithm for these layouts, with the
+// workspace eventide gives it, on row-major n x n matrices (as C = B^T A^T in column-major).
+class DirectLt {
+ public:
+  DirectLt(int n, ev::DType dt, bool tf32) {
+    const cudaDataType_t type =
+        dt == ev::DType::f32 ? CUDA_R_32F : dt == ev::DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cublasComputeType_t compute =
+        dt == ev::DType::f32 && tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    EVENTIDE_BENCH_CHECK(cublasLtCreate(&handle_));
+    EVENTIDE_BENCH_CHECK(cublasLtMatmulDescCreate(&desc_, compute, CUDA_R_32F));
+    EVENTIDE_BENCH_CHECK(cublasLtMatrixLayoutCreate(&layout_, type, n, n, n));
+    EVENTIDE_BENCH_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+    cublasLtMatmulPreference_t pref = nullptr;
+    EVENTIDE_BENCH_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    std::size_t ws = kWorkspaceBytes;
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulAlgoGetHeuristic(handle_, desc_, layout_, layout_, layout_, layout_,
+                                          pref, 1, &result, &found);
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    check(st, "cublasLtMatmulAlgoGetHeuristic");
+    if (found == 0) throw std::runtime_error("cublasLtMatmulAlgoGetHeuristic found no algorithm");
+    algo_ = result.algo;
+  }
+  ~DirectLt() {
+    cudaFree(workspace_);
+    if (layout_) cublasLtMatrixLayoutDestroy(layout_);
+    if (desc_) cublasLtMatmulDescDestroy(desc_);
+    if (handle_) cublasLtDestroy(handle_);
+  }
+  DirectLt(const DirectLt&) = delete;
+  DirectLt& operator=(const DirectLt&) = delete;
+
+  void run(const void* a, const void* b, void* c, cudaStream_t s) {
+    const float alpha = 1, beta = 0;
+    EVENTIDE_BENCH_CHECK(cublasLtMatmul(handle_, desc_, &alpha, b, layout_, a, layout_, &beta, c,
+                                        layout_, c, layout_, &algo_, workspace_, kWorkspaceBytes, s));
+  }
+
+ private:
+  static constexpr std::size_t kWorkspaceBytes = 32u << 20;
+  cublasLtHandle_t handle_ = nullptr;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t layout_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+  void* workspace_ = nullptr;
+};
+
+// Restores the TF32 setting a measurement changed, also when it throws.
+class Tf32Setting {
+ public:
+  explicit Tf32Setting(bool allow) : saved_(ev::allow_tf32()) { ev::set_allow_tf32(allow); }
+  ~Tf32Setting() { ev::set_allow_tf32(saved_); }
+  Tf32Setting(const Tf32Setting&) = delete;
+  Tf32Setting& operator=(const Tf32Setting&) = delete;
+
+ private:
+  bool saved_;
+};
+
+}  // namespace
+
+MatmulResult matmul(Device gpu, DType dtype, bool tf32, int n, int trials) {
+  use_device(gpu);
+  Tf32Setting tf32_setting(tf32);
+  ev::Stream s(gpu);
+  ev::StreamGuard guard(s);
+  ev::Tensor a = ev::randn({n, n}, dtype, gpu), b = ev::randn({n, n}, dtype, gpu);
+  ev::Tensor out = ev::empty({n, n}, dtype, gpu);
+  ev::synchronize(gpu);
+  DirectLt direct(n, dtype, tf32);
+  RawStream raw;
+  const double flops = 2.0 * n * n * static_cast<double>(n);
+  const int reps = n <= 1024 ? 200 : (n <= 4096 ? 30 : 8);
+  std::vector<double> ours, theirs;
+  for (int trial = 0; trial < trials; ++trial) {
+    ev::Event e;
+    e.record(ev::matmul(a, b));  // warm (allocation, plan)
+    e.wait();
+    auto t0 = Clock::now();
+    ev::Tensor last;
+    for (int r = 0; r < reps; ++r) last = ev::matmul(a, b);
+    e.record(last);
+    e.wait();
+    ours.push_back(flops * reps / ns_between(t0, Clock::now()) / 1e3);  // TFLOP/s
+    direct.run(a.data_ptr(), b.data_ptr(), out.data_ptr(), raw.s);
+    EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
+    t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) direct.run(a.data_ptr(), b.data_ptr(), out.data_ptr(), raw.s);
+    EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
+    theirs.push_back(flops * reps / ns_between(t0, Clock::now()) / 1e3);
+  }
+  // Best of the alternating trials: the GPU's clock moves with its power draw, and the best
+  // trial of each is the one least slowed by that.
+  return {*std::max_element(ours.begin(), ours.end()), *std::max_element(theirs.begin(), theirs.end())};
+}
+
+}  // namespace eventide::bench::cuda

@@ -1,0 +1,50 @@
+// bench/measure/cuda_measure.hpp: eventide on a GPU beside the raw CUDA calls it replaces,
+// measured in the same process: the host cost of events, how fast the host notices the end of
+// GPU work, how accurate op times are, and matmul throughput against cuBLASLt called directly
+// on the same memory. Built only with the CUDA backend (EVENTIDE_WITH_CUDA).
+//
+// Every function needs an available CUDA device, blocks until its measurement is done, and
+// throws std::runtime_error naming the CUDA call that failed (with its status); it leaves no
+// CUDA object behind, also when it throws. Times are nanoseconds.
+#pragma once
+
+#include <vector>
+
+#include <eventide/eventide.hpp>
+
+namespace eventide::bench::cuda {
+
+// Samples (ns) of eventide's call and of its CUDA counterparts, same process, same run.
+struct Compared {
+  std::vector<double> ours;
+  std::vector<double> anchor;   // the CUDA call eventide's is read against
+  std::vector<double> anchor2;  // a second reference, where there is one (else empty)
+};
+
+// poll() of a finished event / cudaEventQuery of a completed event; per call.
+Compared poll(Device gpu, int batches);
+// Event() + record(tensor), timing on / cudaEventRecord with timing on; anchor2: timing off.
+Compared record(Device gpu, int batches);
+// Stream::wait(event) on a finished event / cudaStreamWaitEvent; enqueue cost.
+Compared stream_wait(Device gpu, int batches);
+
+// A kernel holds until the host sets a gate in pinned memory; from setting it to the host
+// noticing the end of the kernel: Event::wait / cudaEventSynchronize; anchor2: the floor (the
+// host polls a word the kernel writes).
+Compared completion_wait(Device gpu, int rounds);
+// The same, noticed by a completion callback / cudaLaunchHostFunc.
+Compared completion_callback(Device gpu, int rounds);
+
+// |time_elapsed - the kernel's own %globaltimer duration| for a ~10 µs kernel / the same error
+// for a CUDA event pair around the kernel; anchor2: the kernel's own durations.
+Compared timing_error(Device gpu, int rounds);
+
+// matmul + record + wait / cublasLtMatmul called directly (same heuristic, same memory),
+// alternating trials, best trial of each, in TFLOP/s.
+struct MatmulResult {
+  double ours_tflops = 0;
+  double direct_tflops = 0;
+};
+MatmulResult matmul(Device gpu, DType dtype, bool tf32, int n, int trials);
+
+}  // namespace eventide::bench::cuda

@@ -1,0 +1,147 @@
+// The CUDA suite: cuda_measure.hpp's measurements as figures with the project's goals
+// (docs/PERFORMANCE.md, "CUDA backend").
+#include <cstdio>
+#include <stdexcept>
+
+#include "cuda_measure.hpp"
+#include "measure.hpp"
+#include "suite.hpp"
+
+namespace ev = eventide;
+
+namespace eventide::bench {
+
+namespace {
+
+Bar bar(std::string label, const std::vector<double>& samples) {
+  Dist d = dist(samples);
+  return Bar{std::move(label), d.p50, d.p99};
+}
+
+Figure figure(std::string name, std::string title, Bar ours, std::vector<Bar> anchors,
+              std::string goal, std::optional<bool> met, std::optional<double> goal_ns = {}) {
+  Figure f;
+  f.name = std::move(name);
+  f.title = std::move(title);
+  f.unit = Unit::ns;
+  f.show_p99 = true;
+  f.ours = std::move(ours);
+  f.ours.label = "eventide";
+  f.anchors = std::move(anchors);
+  f.goal = std::move(goal);
+  f.goal_value = goal_ns;
+  f.met = met;
+  f.values["eventide_p50"] = f.ours.value;
+  f.values["eventide_p99"] = f.ours.p99.value_or(0);
+  for (std::size_t i = 0; i < f.anchors.size(); ++i) {
+    f.values["anchor" + std::to_string(i) + "_p50"] = f.anchors[i].value;
+    f.values["anchor" + std::to_string(i) + "_p99"] = f.anchors[i].p99.value_or(0);
+  }
+  return f;
+}
+
+const char* dtype_name(ev::DType dt, bool tf32) {
+  if (dt == ev::DType::f32) return tf32 ? "tf32" : "f32";
+  return dt == ev::DType::bf16 ? "bf16" : "f16";
+}
+
+}  // namespace
+
+std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
+  if (!options.device.is_cuda()) throw std::invalid_argument("cuda_suite: not a CUDA device");
+  const Device gpu = options.device;
+  const bool quick = options.quick;
+  const int batches = quick ? 200 : 2000;
+  const int rounds = quick ? 300 : 3000;
+  const int timing_rounds = quick ? 100 : 500;
+  std::vector<Benchmark> suite;
+
+  suite.push_back({"event.poll", "poll() beside cudaEventQuery", quick ? 0.1 : 0.8, [=] {
+    cuda::Compared c = cuda::poll(gpu, batches);
+    Bar ours = bar("eventide", c.ours);
+    return figure("event.poll", "`poll()` of a finished event, p50 / p99", ours,
+                  {bar("cudaEventQuery", c.anchor)}, "≤ 20 ns", ours.value <= 20, 20);
+  }});
+
+  suite.push_back({"event.record", "Event() + record(tensor) beside cudaEventRecord",
+                   quick ? 0.1 : 0.8, [=] {
+    cuda::Compared c = cuda::record(gpu, batches);
+    Bar ours = bar("eventide", c.ours);
+    return figure("event.record", "`Event()` + `record(tensor)`, timing on, p50 / p99", ours,
+                  {bar("cudaEventRecord, timing on", c.anchor),
+                   bar("cudaEventRecord, timing off", c.anchor2)},
+                  "≤ 150 ns", ours.value <= 150, 150);
+  }});
+
+  suite.push_back({"stream.wait", "Stream::wait(event) beside cudaStreamWaitEvent",
+                   quick ? 0.1 : 0.5, [=] {
+    cuda::Compared c = cuda::stream_wait(gpu, batches);
+    return figure("stream.wait", "`Stream::wait(event)` enqueue, p50 / p99", bar("eventide", c.ours),
+                  {bar("cudaStreamWaitEvent", c.anchor)}, "-", std::nullopt);
+  }});
+
+  suite.push_back({"wake.gpu_done", "GPU work ends -> wait() returns", quick ? 0.4 : 4.0, [=] {
+    cuda::Compared c = cuda::completion_wait(gpu, rounds);
+    Bar ours = bar("eventide", c.ours);
+    return figure("wake.gpu_done", "GPU work ends → `wait()` returns, p50 / p99", ours,
+                  {bar("cudaEventSynchronize", c.anchor),
+                   bar("floor: host polls a word the kernel writes", c.anchor2)},
+                  "≤ 3.5 / 6 µs", ours.value <= 3500 && ours.p99.value_or(0) <= 6000, 3500);
+  }});
+
+  suite.push_back({"callback.gpu_done", "GPU work ends -> a callback runs", quick ? 0.3 : 3.0, [=] {
+    cuda::Compared c = cuda::completion_callback(gpu, rounds);
+    Bar ours = bar("eventide", c.ours);
+    return figure("callback.gpu_done", "GPU work ends → a callback runs, p50 / p99", ours,
+                  {bar("cudaLaunchHostFunc", c.anchor)}, "≤ 6 µs", ours.value <= 6000, 6000);
+  }});
+
+  suite.push_back({"timing.error", "time_elapsed() beside a CUDA event pair", quick ? 0.1 : 0.5, [=] {
+    cuda::Compared c = cuda::timing_error(gpu, timing_rounds);
+    Bar ours = bar("eventide", c.ours);
+    Figure f = figure("timing.error",
+                      "`time_elapsed` error for a " + format_value(Unit::ns, dist(c.anchor2).p50) +
+                          " kernel (against its own %globaltimer), p50 / p99",
+                      ours, {bar("CUDA event pair", c.anchor)}, "≤ 1 µs", ours.value <= 1000, 1000);
+    f.values["kernel_ns_p50"] = dist(c.anchor2).p50;
+    return f;
+  }});
+
+  struct Case {
+    ev::DType dtype;
+    bool tf32;
+  };
+  const Case cases[] = {{ev::DType::f32, false}, {ev::DType::f32, true},
+                        {ev::DType::bf16, false}, {ev::DType::f16, false}};
+  for (const Case& k : cases) {
+    for (int n : {1024, 4096, 8192}) {
+      if (quick && n == 8192) continue;
+      const std::string type = dtype_name(k.dtype, k.tf32);
+      const std::string name = "matmul." + type + ".n" + std::to_string(n);
+      const int trials = quick ? 3 : 5;
+      const double estimate = (n == 8192 ? 2.5 : n == 4096 ? 0.8 : 0.4) * trials / 5.0;
+      suite.push_back({name, "matmul " + type + " n = " + std::to_string(n) + " beside cuBLASLt",
+                       estimate, [=] {
+        cuda::MatmulResult r = cuda::matmul(gpu, k.dtype, k.tf32, n, trials);
+        Figure f;
+        f.name = name;
+        f.title = "`matmul` " + type + " n = " + std::to_string(n) + " + `record` + `wait`";
+        f.unit = Unit::tflops;
+        f.ours = Bar{"eventide", r.ours_tflops, std::nullopt};
+        f.anchors = {Bar{"cuBLASLt, called directly", r.direct_tflops, std::nullopt}};
+        f.ratio = r.ours_tflops / r.direct_tflops;
+        f.goal = "≥ 97% of cuBLASLt";
+        f.goal_value = 0.97 * r.direct_tflops;
+        f.met = *f.ratio >= 0.97;
+        f.note = "best of " + std::to_string(trials) + " alternating trials";
+        f.values = {{"eventide_tflops", r.ours_tflops},
+                    {"cublaslt_tflops", r.direct_tflops},
+                    {"ratio", *f.ratio}};
+        return f;
+      }});
+    }
+  }
+  return suite;
+}
+
+}  // namespace eventide::bench

@@ -1,0 +1,321 @@
+// The profiler: ProfilerState (core/profiler_state.hpp), Profiler and Profile::str. The
+// exporters (chrome_trace, timeline_html) are in src/profile/.
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <utility>
+
+#include "core/profiler_state.hpp"
+#include "core/stream_state.hpp"
+#include "core/tensor_state.hpp"
+#include "eventide/errors.hpp"
+
+namespace eventide {
+namespace detail {
+
+std::atomic<ProfilerState*> g_profiler{nullptr};
+
+namespace {
+
+// Guards g_profiler's changes and everything a running ProfilerState records (see the header).
+std::mutex g_profiler_mu;
+
+std::atomic<std::uint64_t> g_next_event_id{1};
+
+// How far apart two timed-out waits of one thread on one event may be to be one wait: a
+// waiter that waits in slices (Python's Event.wait, interruptible by Ctrl-C) is one wait.
+constexpr std::int64_t kWaitSliceGapNs = 2'000'000;
+
+}  // namespace
+
+std::string format_fixed(double value, int decimals) {
+  // to_chars: printf and iostreams would follow the global locale ("1,25").
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value, std::chars_format::fixed, decimals);
+  return ec == std::errc() ? std::string(buf, end) : std::string("?");
+}
+
+std::uint64_t profile_event_id(std::atomic<std::uint64_t>& slot) noexcept {
+  std::uint64_t id = slot.load(std::memory_order_relaxed);
+  if (id != 0) return id;
+  std::uint64_t fresh = g_next_event_id.fetch_add(1, std::memory_order_relaxed);
+  // Another thread may have given it one meanwhile: theirs stays.
+  if (slot.compare_exchange_strong(id, fresh, std::memory_order_relaxed)) return fresh;
+  return id;
+}
+
+ProfilerState::ProfilerState() : start_ns_(host_now_ns()) {}
+
+ProfilerState* ProfilerState::locked_state() noexcept {
+  return g_profiler.load(std::memory_order_relaxed);
+}
+
+void ProfilerState::start() {
+  std::lock_guard lock(g_profiler_mu);
+  if (g_profiler.load(std::memory_order_relaxed)) {
+    throw StateError("cannot start a Profiler: another one is recording (one at a time per "
+                     "process); stop() it or let it go out of scope first");
+  }
+  g_profiler.store(this, std::memory_order_relaxed);
+}
+
+void ProfilerState::stop_recording() noexcept {
+  Recorded dropped;  // destroyed unlocked: it releases Works
+  std::lock_guard lock(g_profiler_mu);
+  stopped_ = true;
+  if (g_profiler.load(std::memory_order_relaxed) == this) {
+    g_profiler.store(nullptr, std::memory_order_relaxed);
+  }
+  dropped = std::move(recorded_);
+}
+
+std::string ProfilerState::describe_tensors(std::span<TensorState* const> reads,
+                                            std::span<TensorState* const> writes) {
+  auto list = [](std::span<TensorState* const> ts) {
+    std::string out;
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      if (i) out += ", ";
+      out += name(ts[i]->dtype);
+      out += to_string(ts[i]->shape);
+    }
+    return out;
+  };
+  std::string in = list(reads);
+  std::string out = list(writes);
+  if (out.empty()) return in;
+  return in.empty() ? "-> " + out : in + " -> " + out;
+}
+
+std::uint64_t ProfilerState::id_of(const Work* work) const noexcept {
+  auto it = ids_.find(work);
+  return it == ids_.end() ? 0 : it->second;
+}
+
+std::uint32_t ProfilerState::thread_number() {
+  return threads_.try_emplace(std::this_thread::get_id(),
+                              static_cast<std::uint32_t>(threads_.size() + 1))
+      .first->second;
+}
+
+void ProfilerState::add_op(const StreamState& stream, const Ref<Work>& work, std::string detail,
+                           bool is_wait, std::uint64_t event) {
+  OpEntry entry;
+  entry.work = work;
+  entry.id = recorded_.ops.size() + 1;
+  entry.stream = stream.name();
+  entry.device = stream.device();
+  entry.detail = std::move(detail);
+  entry.is_wait = is_wait;
+  entry.event = event;
+  // What it waits for on other timelines (the same timeline is in order anyway). Work from
+  // before the profile has no id and no arrow.
+  for (const Dep& dep : work->deps()) {
+    if (&dep.work->timeline() == &work->timeline()) continue;
+    if (std::uint64_t id = id_of(dep.work.get());
+        id != 0 && std::find(entry.waits_for.begin(), entry.waits_for.end(), id) == entry.waits_for.end()) {
+      entry.waits_for.push_back(id);
+    }
+  }
+  ids_.emplace(work.get(), entry.id);
+  fences_.emplace(std::make_pair(&work->timeline(), work->seq()), entry.id);
+  recorded_.ops.push_back(std::move(entry));
+}
+
+void ProfilerState::on_launch(const StreamState& stream, const Ref<Work>& work, std::string detail) {
+  std::lock_guard lock(g_profiler_mu);
+  if (ProfilerState* s = locked_state()) s->add_op(stream, work, std::move(detail), false, 0);
+}
+
+void ProfilerState::on_wait(const StreamState& stream, const Ref<Work>& work, std::uint64_t event) {
+  std::lock_guard lock(g_profiler_mu);
+  if (ProfilerState* s = locked_state()) s->add_op(stream, work, {}, true, event);
+}
+
+void ProfilerState::on_record(std::uint64_t event, std::string event_name, const Ref<Work>& op,
+                              std::int64_t at_ns) {
+  std::lock_guard lock(g_profiler_mu);
+  ProfilerState* s = locked_state();
+  if (!s) return;
+  s->recorded_.records.push_back(
+      RecordEntry{event, std::move(event_name), op ? s->id_of(op.get()) : 0, at_ns});
+}
+
+void ProfilerState::on_host_wait(std::uint64_t event, const std::vector<Ref<Work>>& ops,
+                                 std::int64_t start_ns, std::int64_t end_ns, bool finished) {
+  std::lock_guard lock(g_profiler_mu);
+  ProfilerState* s = locked_state();
+  if (!s) return;
+  HostWaitEntry entry{event, s->thread_number(), start_ns, end_ns, finished, {}};
+  for (const Ref<Work>& w : ops) {
+    if (std::uint64_t id = s->id_of(w.get())) entry.ops.push_back(id);
+  }
+  s->recorded_.host_waits.push_back(std::move(entry));
+}
+
+void ProfilerState::on_fence_wait(const Timeline& timeline, std::uint64_t seq, std::int64_t start_ns,
+                                  std::int64_t end_ns, bool finished) {
+  std::lock_guard lock(g_profiler_mu);
+  ProfilerState* s = locked_state();
+  if (!s) return;
+  HostWaitEntry entry{0, s->thread_number(), start_ns, end_ns, finished, {}};
+  if (auto it = s->fences_.find({&timeline, seq}); it != s->fences_.end()) entry.ops.push_back(it->second);
+  s->recorded_.host_waits.push_back(std::move(entry));
+}
+
+void ProfilerState::on_callback(std::uint64_t event, const std::string& thread,
+                                std::int64_t start_ns, std::int64_t end_ns) {
+  std::lock_guard lock(g_profiler_mu);
+  ProfilerState* s = locked_state();
+  if (!s) return;
+  s->recorded_.callbacks.push_back(CallbackEntry{event, thread, start_ns, end_ns});
+}
+
+Profile ProfilerState::stop(std::chrono::nanoseconds timeout) {
+  Recorded rec;
+  {
+    std::lock_guard lock(g_profiler_mu);
+    if (stopped_) throw StateError("Profiler::stop: the profiler has stopped already");
+    stopped_ = true;
+    if (g_profiler.load(std::memory_order_relaxed) == this) {
+      g_profiler.store(nullptr, std::memory_order_relaxed);
+    }
+    rec = std::move(recorded_);
+    ids_.clear();
+    fences_.clear();
+  }
+
+  // Every recorded op to its end, within the time limit. Work that cannot finish (held back
+  // by a UserEvent nobody sets, or queued behind the op calling stop()) is left unfinished.
+  const Deadline deadline = deadline_after(timeout);
+  std::vector<bool> finished(rec.ops.size(), false);
+  for (std::size_t i = 0; i < rec.ops.size(); ++i) {
+    Work& w = *rec.ops[i].work;
+    try {
+      finished[i] = w.done() || wait_for_fence(w.timeline(), w.seq(), deadline);
+    } catch (const StateError&) {
+      finished[i] = false;  // queued behind the calling op: see above
+    }
+  }
+  // Their device times, a batch per timeline.
+  {
+    std::map<Timeline*, std::vector<Work*>> by_timeline;
+    for (std::size_t i = 0; i < rec.ops.size(); ++i) {
+      if (finished[i]) by_timeline[&rec.ops[i].work->timeline()].push_back(rec.ops[i].work.get());
+    }
+    for (auto& [timeline, works] : by_timeline) {
+      try {
+        timeline->await_timings(works);
+      } catch (...) {
+        // A device that cannot deliver its times: those ops are in the profile without.
+      }
+    }
+  }
+  const std::int64_t end_ns = host_now_ns();
+
+  Profile p;
+  p.duration_us_ = static_cast<double>(end_ns - start_ns_) / 1e3;
+  auto us = [&](std::int64_t ns) { return static_cast<double>(ns - start_ns_) / 1e3; };
+  // A device's clock converted to the host's is off by its calibration (a microsecond or
+  // so): a time outside the profile can only be that, and is brought inside.
+  auto device_us = [&](std::int64_t ns) { return std::clamp(us(ns), 0.0, p.duration_us_); };
+
+  // Events: small ids in the order they appear.
+  std::unordered_map<std::uint64_t, std::uint64_t> events;
+  auto event_id = [&](std::uint64_t global) -> std::uint64_t {
+    if (global == 0) return 0;
+    return events.try_emplace(global, events.size() + 1).first->second;
+  };
+  for (const RecordEntry& r : rec.records) event_id(r.event);
+
+  p.ops_.reserve(rec.ops.size());
+  for (std::size_t i = 0; i < rec.ops.size(); ++i) {
+    OpEntry& e = rec.ops[i];
+    const Work& w = *e.work;
+    ProfiledOp op;
+    op.id = e.id;
+    op.name = w.name();
+    op.stream = std::move(e.stream);
+    op.device = e.device;
+    op.seq = w.seq();
+    op.detail = e.is_wait ? "event " + std::to_string(event_id(e.event)) : std::move(e.detail);
+    op.is_wait = e.is_wait;
+    op.finished = finished[i];
+    op.waits_for = std::move(e.waits_for);
+    if (finished[i]) {
+      if (const std::exception_ptr& error = w.error()) op.error = describe_error(error);
+      if (w.timing_known() && w.has_times()) {
+        op.start_us = device_us(w.timeline().to_host_ns(w.start_ns()));
+        op.end_us = std::max(*op.start_us, device_us(w.timeline().to_host_ns(w.end_ns())));
+      }
+    }
+    p.ops_.push_back(std::move(op));
+  }
+
+  for (RecordEntry& r : rec.records) {
+    p.records_.push_back(ProfiledRecord{event_id(r.event), std::move(r.event_name), r.op, us(r.at_ns)});
+  }
+
+  // Host waits, a thread's slices of one wait made one again (see kWaitSliceGapNs).
+  std::stable_sort(rec.host_waits.begin(), rec.host_waits.end(),
+                   [](const HostWaitEntry& a, const HostWaitEntry& b) {
+                     return a.thread != b.thread ? a.thread < b.thread : a.start_ns < b.start_ns;
+                   });
+  std::vector<HostWaitEntry> merged;
+  for (HostWaitEntry& h : rec.host_waits) {
+    if (!merged.empty()) {
+      HostWaitEntry& last = merged.back();
+      if (last.thread == h.thread && last.event == h.event && last.ops == h.ops && !last.finished &&
+          h.start_ns - last.end_ns <= kWaitSliceGapNs) {
+        last.end_ns = h.end_ns;
+        last.finished = h.finished;
+        continue;
+      }
+    }
+    merged.push_back(std::move(h));
+  }
+  std::stable_sort(merged.begin(), merged.end(),
+                   [](const HostWaitEntry& a, const HostWaitEntry& b) { return a.start_ns < b.start_ns; });
+  for (HostWaitEntry& h : merged) {
+    p.host_waits_.push_back(ProfiledHostWait{event_id(h.event), "thread " + std::to_string(h.thread),
+                                             us(h.start_ns), us(h.end_ns), h.finished,
+                                             std::move(h.ops)});
+  }
+
+  for (CallbackEntry& c : rec.callbacks) {
+    p.callbacks_.push_back(
+        ProfiledCallback{event_id(c.event), std::move(c.thread), us(c.start_ns), us(c.end_ns)});
+  }
+  return p;
+}
+
+}  // namespace detail
+
+// --- Profiler ----------------------------------------------------------------------------
+
+Profiler::Profiler() : state_(std::make_shared<detail::ProfilerState>()) { state_->start(); }
+
+Profiler::~Profiler() { state_->stop_recording(); }
+
+Profile Profiler::stop(std::chrono::nanoseconds timeout) { return state_->stop(timeout); }
+
+// --- Profile -----------------------------------------------------------------------------
+
+std::string Profile::str() const {
+  std::vector<std::string> streams;
+  for (const ProfiledOp& op : ops_) {
+    if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) streams.push_back(op.stream);
+  }
+  auto count = [](std::size_t n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  const bool ms = duration_us_ >= 1000;
+  std::string duration = detail::format_fixed(ms ? duration_us_ / 1000 : duration_us_, ms ? 2 : 1) +
+                         (ms ? " ms" : " µs");
+  return "<Profile: " + count(ops_.size(), "op", "ops") + " on " +
+         count(streams.size(), "stream", "streams") + ", " +
+         count(records_.size(), "record", "records") + ", " +
+         count(host_waits_.size(), "host wait", "host waits") + ", " +
+         count(callbacks_.size(), "callback", "callbacks") + ", " + duration + ">";
+}
+
+}  // namespace eventide

@@ -1,0 +1,92 @@
+#include "profile/layout.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <fstream>
+#include <system_error>
+
+#include "eventide/errors.hpp"
+
+namespace eventide::profile {
+
+std::int64_t to_ns(double us) noexcept { return std::llround(us * 1000.0); }
+
+std::string short_stream_name(const StreamTrack& track) {
+  const std::string prefix = track.device.str() + " ";
+  if (track.stream.rfind(prefix, 0) == 0) return track.stream.substr(prefix.size());
+  return track.stream;
+}
+
+std::string host_wait_label(const Profile& profile, const Layout& layout, const ProfiledHostWait& wait) {
+  if (wait.event != 0) return "wait event " + std::to_string(wait.event);
+  if (!wait.ops.empty()) {
+    if (auto it = layout.index_of.find(wait.ops.front()); it != layout.index_of.end()) {
+      const ProfiledOp& op = profile.ops()[it->second];
+      return "wait for " + op.name + "#" + std::to_string(op.seq);
+    }
+  }
+  return "wait";
+}
+
+void write_text_file(const std::string& path, const std::string& text, const char* what) {
+  auto fail = [&](const char* doing) {
+    throw Error(std::string(what) + ": cannot " + doing + " " + path + ": " +
+                std::error_code(errno, std::generic_category()).message());
+  };
+  errno = 0;
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) fail("open");
+  f.write(text.data(), static_cast<std::streamsize>(text.size()));
+  f.close();
+  if (!f) fail("write");
+}
+
+Layout lay_out(const Profile& profile) {
+  Layout layout;
+  const auto& ops = profile.ops();
+  layout.spans.resize(ops.size());
+
+  std::unordered_map<std::string, std::size_t> track_of;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const ProfiledOp& op = ops[i];
+    layout.index_of.emplace(op.id, i);
+    if (std::find(layout.devices.begin(), layout.devices.end(), op.device) == layout.devices.end()) {
+      layout.devices.push_back(op.device);
+    }
+    auto [it, added] = track_of.try_emplace(op.stream, layout.streams.size());
+    if (added) layout.streams.push_back(StreamTrack{op.stream, op.device, {}});
+    layout.streams[it->second].ops.push_back(i);
+  }
+  // The CPU first, then the GPUs by index; a device's streams keep their order.
+  auto rank = [](Device d) { return d.is_cpu() ? -1 : d.index(); };
+  std::stable_sort(layout.devices.begin(), layout.devices.end(),
+                   [&](Device a, Device b) { return rank(a) < rank(b); });
+  std::stable_sort(layout.streams.begin(), layout.streams.end(),
+                   [&](const StreamTrack& a, const StreamTrack& b) { return rank(a.device) < rank(b.device); });
+
+  // In enqueue order: what a wait waited for was enqueued before it, so it has its place
+  // by then, and so has the op before it on its stream.
+  std::unordered_map<std::string, std::int64_t> previous_end;  // per stream
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const ProfiledOp& op = ops[i];
+    if (op.start_us && op.end_us) {
+      layout.spans[i] = Span{to_ns(*op.start_us), std::max(to_ns(*op.start_us), to_ns(*op.end_us)), false};
+    } else if (op.is_wait && op.finished) {
+      std::optional<std::int64_t> waited_end;
+      for (std::uint64_t id : op.waits_for) {
+        const std::optional<Span>* s = layout.span_of_id(id);
+        if (s && *s) waited_end = std::max(waited_end.value_or((*s)->end_ns), (*s)->end_ns);
+      }
+      auto before = previous_end.find(op.stream);
+      if (before != previous_end.end() || waited_end) {
+        const std::int64_t start = before != previous_end.end() ? before->second : *waited_end;
+        layout.spans[i] = Span{start, std::max(start, waited_end.value_or(start)), true};
+      }
+    }
+    if (layout.spans[i]) previous_end[op.stream] = layout.spans[i]->end_ns;
+  }
+  return layout;
+}
+
+}  // namespace eventide::profile

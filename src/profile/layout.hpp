@@ -1,0 +1,64 @@
+// What both pictures of a Profile (the Chrome trace, the timeline page) draw: the devices, a
+// track per stream with its ops in order, and where each op sits in time.
+//
+// Placement: an op with times sits at its times. A wait without times of its own (a GPU's:
+// the GPU waits, nothing is timed) is placed where the times around it say it was: from the
+// end of the op before it on its stream to the end of the last op it waited for (it could
+// not end sooner, and on a GPU it ends then). Such a placement is marked `inferred`. Other
+// ops without times (unfinished, or GPU ops under EVENTIDE_CUDA_TIMING=off) have no place.
+//
+// Times here are integer nanoseconds from the profile's start, so that the exporters can
+// place things strictly inside one another without rounding surprises.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "eventide/profiler.hpp"
+
+namespace eventide::profile {
+
+struct Span {
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  bool inferred = false;
+};
+
+struct StreamTrack {
+  std::string stream;            // "cpu stream 3"
+  Device device;
+  std::vector<std::size_t> ops;  // indices into Profile::ops(), in enqueue order
+};
+
+struct Layout {
+  std::vector<Device> devices;      // in the order of their first op, the CPU first
+  std::vector<StreamTrack> streams; // grouped by device, each device's in order of first op
+  std::vector<std::optional<Span>> spans;  // per op index
+  std::unordered_map<std::uint64_t, std::size_t> index_of;  // op id -> op index
+
+  const std::optional<Span>* span_of_id(std::uint64_t id) const {
+    auto it = index_of.find(id);
+    return it == index_of.end() ? nullptr : &spans[it->second];
+  }
+};
+
+Layout lay_out(const Profile& profile);
+
+// Microseconds to the layout's nanoseconds (rounded).
+std::int64_t to_ns(double us) noexcept;
+
+// "stream 3" out of "cpu stream 3" (the stream's name without its device).
+std::string short_stream_name(const StreamTrack& track);
+
+// "wait event 2", "wait for matmul#4" (a tensor's or a stream's wait), "wait".
+std::string host_wait_label(const Profile& profile, const Layout& layout, const ProfiledHostWait& wait);
+
+// Writes `text` to `path`; Error naming `what` (the caller), the path and the reason if it
+// cannot.
+void write_text_file(const std::string& path, const std::string& text, const char* what);
+
+}  // namespace eventide::profile

@@ -1,0 +1,185 @@
+// `eventide bench`: the suite of bench/measure/ (each figure beside its anchor, measured in
+// this process, in this run) with a progress bar on stderr; then the table on stdout, and
+// bench.json, bench.md and bench.svg in --out.
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_report.hpp"
+#include "cli.hpp"
+#include "measure/suite.hpp"
+#include "progress.hpp"
+
+namespace eventide::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// "0.52 0.31 0.20": the load averages of /proc/loadavg.
+std::string load_average() {
+  std::string line = read_first_line("/proc/loadavg");
+  std::size_t cut = 0;
+  for (int fields = 0; fields < 3 && cut != std::string::npos; ++fields) {
+    cut = line.find(' ', cut ? cut + 1 : 0);
+  }
+  return cut == std::string::npos ? line : line.substr(0, cut);
+}
+
+// "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz, 2 CPUs".
+std::string host_description() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, model;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      std::size_t colon = line.find(':');
+      if (colon != std::string::npos) model = line.substr(colon + 2);
+      break;
+    }
+  }
+  const unsigned cpus = std::thread::hardware_concurrency();
+  return (model.empty() ? std::string("unknown CPU") : model) + ", " + std::to_string(cpus) +
+         (cpus == 1 ? " CPU" : " CPUs");
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+bool write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "eventide bench: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+std::string names_of(const std::vector<bench::Benchmark>& suite) {
+  std::string names;
+  for (const bench::Benchmark& b : suite) names += (names.empty() ? "" : ", ") + b.name;
+  return names;
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& options) {
+  std::vector<bench::Benchmark> suite;
+  try {
+    suite = bench::suite_for({options.device, options.quick});
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "eventide bench: %s\n", e.what());
+    return kExitUsage;
+  }
+  if (options.filter) {
+    const std::regex re(*options.filter);  // main.cpp checked its syntax
+    std::vector<bench::Benchmark> kept;
+    for (bench::Benchmark& b : suite) {
+      if (std::regex_search(b.name, re)) kept.push_back(std::move(b));
+    }
+    if (kept.empty()) {
+      // A filter that selects nothing is a mistake worth stopping for (a typo would otherwise
+      // produce an empty table that looks like a result).
+      std::fprintf(stderr,
+                   "eventide bench: --filter '%s' matches none of the benchmarks on %s (%s)\n",
+                   options.filter->c_str(), options.device.str().c_str(),
+                   names_of(bench::suite_for({options.device, options.quick})).c_str());
+      return kExitUsage;
+    }
+    suite = std::move(kept);
+  }
+  if (options.list) {
+    for (const bench::Benchmark& b : suite) std::printf("%-20s %s\n", b.name.c_str(), b.what.c_str());
+    return kExitOk;
+  }
+  // Make the output folder first: finding out it cannot be written after the run would waste it.
+  fs::path out_dir;
+  if (options.out_dir) {
+    out_dir = *options.out_dir;
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec || !fs::is_directory(out_dir)) {
+      std::fprintf(stderr, "eventide bench: cannot make the folder %s: %s\n", out_dir.c_str(),
+                   ec ? ec.message().c_str() : "a file of that name exists");
+      return kExitFailed;
+    }
+  }
+
+  BenchRun run;
+  run.version = std::string(version());
+  run.device = options.device.str();
+  const DeviceInfo info = device_info(options.device);
+  run.device_name = info.name;
+  run.device_description = info.description;
+  run.host = host_description();
+  run.quick = options.quick;
+  run.filter = options.filter;
+  run.command_line = options.command_line;
+  run.date = utc_now();
+  run.load_before = load_average();
+
+  std::printf("eventide %s bench on %s%s: %zu benchmark%s%s\n", run.version.c_str(),
+              run.device.c_str(), run.device_name == run.device ? "" : (" (" + run.device_name + ")").c_str(),
+              suite.size(), suite.size() == 1 ? "" : "s", options.quick ? " (quick)" : "");
+  std::fflush(stdout);
+
+  std::vector<double> estimates;
+  for (const bench::Benchmark& b : suite) estimates.push_back(b.estimate_s);
+  Progress progress(stderr, estimates);
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < suite.size(); ++i) {
+    progress.start(i, suite[i].name, suite[i].what);
+    try {
+      run.figures.push_back(suite[i].run());
+    } catch (const std::exception& e) {
+      run.failures.push_back(suite[i].name + ": " + e.what());
+    }
+    progress.finish();
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.load_after = load_average();
+  progress.done(std::to_string(suite.size()) + " benchmark" + (suite.size() == 1 ? "" : "s"));
+
+  std::printf("\n%s", bench::markdown_table(run.figures).c_str());
+  for (const std::string& f : run.failures) std::printf("FAILED: %s\n", f.c_str());
+  std::printf("Load average before %s, after %s.\n", run.load_before.c_str(), run.load_after.c_str());
+
+  bool written = true;
+  if (options.out_dir) {
+    written = write_file(out_dir / "bench.json", report_json(run)) &&
+              write_file(out_dir / "bench.md", report_markdown(run)) &&
+              write_file(out_dir / "bench.svg", report_svg(run));
+    if (written) {
+      std::printf("Wrote %s, %s and %s.\n", (out_dir / "bench.json").c_str(),
+                  (out_dir / "bench.md").c_str(), (out_dir / "bench.svg").c_str());
+    }
+  }
+  return run.failures.empty() && written ? kExitOk : kExitFailed;
+}
+
+}  // namespace eventide::cli

@@ -1,0 +1,390 @@
+#include "bench_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace eventide::cli {
+
+namespace {
+
+using bench::Bar;
+using bench::Figure;
+using bench::Unit;
+
+const char* unit_name(Unit unit) {
+  switch (unit) {
+    case Unit::ns:
+      return "ns";
+    case Unit::gflops:
+      return "GFLOP/s";
+    case Unit::tflops:
+      return "TFLOP/s";
+  }
+  return "?";
+}
+
+nlohmann::ordered_json bar_json(const Bar& b) {
+  nlohmann::ordered_json j;
+  j["label"] = b.label;
+  j["value"] = b.value;
+  if (b.p99) j["p99"] = *b.p99;
+  return j;
+}
+
+std::size_t goals_met(const BenchRun& run, std::size_t* goals) {
+  std::size_t met = 0, all = 0;
+  for (const Figure& f : run.figures) {
+    if (!f.met) continue;
+    ++all;
+    met += *f.met ? 1 : 0;
+  }
+  *goals = all;
+  return met;
+}
+
+}  // namespace
+
+std::string report_json(const BenchRun& run) {
+  nlohmann::ordered_json j;
+  j["eventide"] = run.version;
+  j["device"] = run.device;
+  j["device_name"] = run.device_name;
+  j["device_description"] = run.device_description;
+  j["host"] = run.host;
+  j["date"] = run.date;
+  j["command"] = run.command_line;
+  j["quick"] = run.quick;
+  j["filter"] = run.filter ? nlohmann::ordered_json(*run.filter) : nlohmann::ordered_json(nullptr);
+  j["load_before"] = run.load_before;
+  j["load_after"] = run.load_after;
+  j["seconds"] = run.seconds;
+  std::size_t goals = 0;
+  const std::size_t met = goals_met(run, &goals);
+  j["goals"] = goals;
+  j["goals_met"] = met;
+  nlohmann::ordered_json figures = nlohmann::ordered_json::array();
+  for (const Figure& f : run.figures) {
+    nlohmann::ordered_json x;
+    x["name"] = f.name;
+    x["title"] = f.title;
+    x["unit"] = unit_name(f.unit);
+    x["lower_is_better"] = bench::lower_is_better(f.unit);
+    x["eventide"] = bar_json(f.ours);
+    x["anchors"] = nlohmann::ordered_json::array();
+    for (const Bar& a : f.anchors) x["anchors"].push_back(bar_json(a));
+    if (f.ratio) x["ratio"] = *f.ratio;
+    x["goal"] = f.goal;
+    x["goal_value"] = f.goal_value ? nlohmann::ordered_json(*f.goal_value) : nlohmann::ordered_json(nullptr);
+    x["met"] = f.met ? nlohmann::ordered_json(*f.met) : nlohmann::ordered_json(nullptr);
+    x["note"] = f.note;
+    x["values"] = f.values;
+    figures.push_back(std::move(x));
+  }
+  j["figures"] = std::move(figures);
+  j["failures"] = run.failures;
+  return j.dump(2) + "\n";
+}
+
+std::string report_markdown(const BenchRun& run) {
+  std::string md = "# eventide bench\n\n";
+  md += "`" + run.command_line + "`: eventide " + run.version + " on " + run.device;
+  if (run.device_name != run.device) md += " (" + run.device_name + ")";
+  md += ", " + run.host + ", " + run.date + "; " + (run.quick ? "a quick run" : "a full run");
+  if (run.filter) md += ", benchmarks matching `" + *run.filter + "`";
+  char took[32];
+  std::snprintf(took, sizeof took, "%.1f s", run.seconds);
+  md += ", " + std::string(took) + ". Load average before " + run.load_before + ", after " +
+        run.load_after + ".\n\n";
+  md += "Every anchor was measured in the same process, in this run; the goals are the "
+        "project's (docs/PERFORMANCE.md). Times are p50 unless a p99 is given "
+        "(\"p50 / p99\").\n\n";
+  if (!run.device_description.empty()) md += "Device: " + run.device_description + "\n\n";
+  md += bench::markdown_table(run.figures);
+  if (!run.failures.empty()) {
+    md += "\nFailed:\n\n";
+    for (const std::string& f : run.failures) md += "- " + f + "\n";
+  }
+  return md;
+}
+
+// --- The chart ---------------------------------------------------------------------------------
+
+namespace {
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// Markdown's code spans read as plain text in a picture.
+std::string plain(std::string s) {
+  s.erase(std::remove(s.begin(), s.end(), '`'), s.end());
+  return s;
+}
+
+// At most `max` characters (UTF-8 aware enough: cuts only before an ASCII byte).
+std::string clip(const std::string& s, std::size_t max) {
+  if (s.size() <= max) return s;
+  std::size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "…";
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+// Geometry, in pixels.
+constexpr double kWidth = 1000;
+constexpr double kLabelRight = 340;  // bar labels end here (right-aligned)
+constexpr double kBarLeft = 350;
+constexpr double kBarRight = 830;    // value labels go beyond, up to the right edge
+constexpr double kRow = 18;
+constexpr double kBarHeight = 12;
+constexpr double kGroupTitle = 20;
+constexpr double kGroupGap = 12;
+
+const char* const kAnchorColors[] = {"#8d99a6", "#b3bcc5", "#d3d9df"};
+
+// Where values go on the x axis of one panel.
+struct Scale {
+  bool log = false;
+  double lo = 0, hi = 1;  // log: decades (log10); linear: the value range
+  double x(double v) const {
+    double t = log ? (std::log10(std::max(v, 1e-300)) - lo) / (hi - lo) : (v - lo) / (hi - lo);
+    return kBarLeft + std::clamp(t, 0.0, 1.0) * (kBarRight - kBarLeft);
+  }
+};
+
+// Ticks of a linear axis from 0 to `max`: 1, 2 or 5 times a power of ten apart.
+std::vector<double> linear_ticks(double max) {
+  const double raw = max / 5;
+  const double p = std::pow(10, std::floor(std::log10(raw)));
+  double step = p;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (m * p >= raw) {
+      step = m * p;
+      break;
+    }
+  }
+  std::vector<double> ticks;
+  for (double t = 0; t <= max * 1.0001; t += step) ticks.push_back(t);
+  return ticks;
+}
+
+std::string tick_label(Unit unit, double v) {
+  char buf[32];
+  if (unit != Unit::ns || v == 0) {
+    std::snprintf(buf, sizeof buf, "%g", v);
+  } else if (v < 1e3) {
+    std::snprintf(buf, sizeof buf, "%g ns", v);
+  } else if (v < 1e6) {
+    std::snprintf(buf, sizeof buf, "%g µs", v / 1e3);
+  } else if (v < 1e9) {
+    std::snprintf(buf, sizeof buf, "%g ms", v / 1e6);
+  } else {
+    std::snprintf(buf, sizeof buf, "%g s", v / 1e9);
+  }
+  return buf;
+}
+
+double panel_height(const std::vector<const Figure*>& figures) {
+  double h = 0;
+  for (const Figure* f : figures) h += kGroupTitle + kRow * static_cast<double>(1 + f->anchors.size()) + kGroupGap;
+  return h;
+}
+
+// One panel: a heading, the axis with its grid, and each figure's group of bars. Returns the
+// SVG and advances `y`.
+std::string panel(const std::string& heading, const std::vector<const Figure*>& figures, Unit unit,
+                  double& y) {
+  if (figures.empty()) return {};
+  // The values this panel shows (bars and goals) fix its scale.
+  double min = INFINITY, max = 0;
+  for (const Figure* f : figures) {
+    auto see = [&](double v) {
+      if (v > 0) {
+        min = std::min(min, v);
+        max = std::max(max, v);
+      }
+    };
+    see(f->ours.value);
+    for (const Bar& a : f->anchors) see(a.value);
+    if (f->goal_value) see(*f->goal_value);
+  }
+  if (max <= 0) return {};
+  Scale scale;
+  std::vector<double> ticks;
+  // Times spread over orders of magnitude go on a log scale; a panel within one decade, and
+  // throughput, on a linear one.
+  if (unit == Unit::ns && max / min > 10) {
+    scale.log = true;
+    scale.lo = std::floor(std::log10(min));
+    scale.hi = std::ceil(std::log10(max));
+    if (scale.hi <= scale.lo) scale.hi = scale.lo + 1;
+    for (double d = scale.lo; d <= scale.hi; d += 1) ticks.push_back(std::pow(10, d));
+  } else {
+    ticks = linear_ticks(max * 1.05);
+    scale.lo = 0;
+    scale.hi = ticks.back() > 0 ? ticks.back() : 1;
+  }
+
+  std::string s;
+  y += 8;
+  s += "<text class=\"heading\" x=\"20\" y=\"" + num(y + 14) + "\">" + xml_escape(heading) + "</text>\n";
+  y += 24;
+  const double axis_y = y + 12;
+  const double top = axis_y + 6;
+  const double bottom = top + panel_height(figures);
+  for (double t : ticks) {
+    const double x = scale.x(t);
+    s += "<line class=\"grid\" x1=\"" + num(x) + "\" y1=\"" + num(top - 4) + "\" x2=\"" + num(x) +
+         "\" y2=\"" + num(bottom - kGroupGap + 4) + "\"/>\n";
+    s += "<text class=\"tick\" x=\"" + num(x) + "\" y=\"" + num(axis_y) + "\">" +
+         xml_escape(tick_label(unit, t)) + "</text>\n";
+  }
+  y = top;
+  for (const Figure* f : figures) {
+    std::string title = plain(f->title);
+    std::string verdict;
+    if (f->goal != "-" && !f->goal.empty()) {
+      verdict = "goal " + f->goal;
+      if (f->met) verdict += *f->met ? ": met" : ": missed";
+    }
+    s += "<text class=\"group\" x=\"20\" y=\"" + num(y + 14) + "\">" + xml_escape(clip(title, 110));
+    if (!verdict.empty()) {
+      s += "  <tspan class=\"" + std::string(f->met && !*f->met ? "missed" : "met") + "\">" +
+           xml_escape(verdict) + "</tspan>";
+    }
+    s += "</text>\n";
+    y += kGroupTitle;
+    const double group_top = y;
+    std::vector<const Bar*> bars{&f->ours};
+    for (const Bar& a : f->anchors) bars.push_back(&a);
+    for (std::size_t i = 0; i < bars.size(); ++i) {
+      const Bar& b = *bars[i];
+      const bool ours = i == 0;
+      const double x1 = scale.x(b.value);
+      const double by = y + (kRow - kBarHeight) / 2;
+      std::string value = bench::format_value(unit, b.value);
+      if (ours && f->ratio) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, " (%.1f%%)", 100 * *f->ratio);
+        value += buf;
+      }
+      std::string tip = b.label + ": " + value;
+      if (b.p99) tip += ", p99 " + bench::format_value(unit, *b.p99);
+      s += "<text class=\"label" + std::string(ours ? " ours" : "") + "\" x=\"" + num(kLabelRight) +
+           "\" y=\"" + num(y + 13) + "\">" + xml_escape(clip(b.label, 56)) + "</text>\n";
+      s += "<rect class=\"bar\" x=\"" + num(kBarLeft) + "\" y=\"" + num(by) + "\" width=\"" +
+           num(std::max(1.0, x1 - kBarLeft)) + "\" height=\"" + num(kBarHeight) + "\" fill=\"" +
+           (ours ? std::string("#1f6fb2") : std::string(kAnchorColors[std::min<std::size_t>(i - 1, 2)])) +
+           "\"><title>" + xml_escape(tip) + "</title></rect>\n";
+      s += "<text class=\"value\" x=\"" + num(x1 + 6) + "\" y=\"" + num(y + 13) + "\">" +
+           xml_escape(value) + "</text>\n";
+      y += kRow;
+    }
+    if (f->goal_value && *f->goal_value > 0) {
+      const double gx = scale.x(*f->goal_value);
+      s += "<line class=\"goal\" x1=\"" + num(gx) + "\" y1=\"" + num(group_top) + "\" x2=\"" +
+           num(gx) + "\" y2=\"" + num(y) + "\"><title>goal " + xml_escape(f->goal) +
+           "</title></line>\n";
+    }
+    y += kGroupGap;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string report_svg(const BenchRun& run) {
+  std::vector<const Figure*> times, throughputs;
+  Unit throughput_unit = Unit::gflops;
+  for (const Figure& f : run.figures) {
+    if (f.unit == Unit::ns) {
+      times.push_back(&f);
+    } else {
+      throughputs.push_back(&f);
+      throughput_unit = f.unit;
+    }
+  }
+  std::string body;
+  double y = 0;
+  std::string subtitle = run.host + (run.quick ? "; a quick run" : "") +
+                         "; every anchor measured in the same process, same run";
+  body += "<text class=\"title\" x=\"20\" y=\"28\">" +
+          xml_escape("eventide " + run.version + " bench on " + run.device +
+                     (run.device_name != run.device ? " (" + run.device_name + ")" : "") + ", " +
+                     run.date.substr(0, 10)) +
+          "</text>\n";
+  body += "<text class=\"subtitle\" x=\"20\" y=\"47\">" + xml_escape(clip(subtitle, 150)) + "</text>\n";
+  // Legend.
+  body += "<rect x=\"20\" y=\"58\" width=\"14\" height=\"10\" fill=\"#1f6fb2\"/>"
+          "<text class=\"legend\" x=\"40\" y=\"67\">eventide</text>\n"
+          "<rect x=\"110\" y=\"58\" width=\"14\" height=\"10\" fill=\"#8d99a6\"/>"
+          "<text class=\"legend\" x=\"130\" y=\"67\">anchors (what eventide replaces)</text>\n"
+          "<line class=\"goal\" x1=\"345\" y1=\"56\" x2=\"345\" y2=\"70\"/>"
+          "<text class=\"legend\" x=\"352\" y=\"67\">the project's goal</text>\n";
+  y = 74;
+  body += panel("Time per call or wake-up, p50" +
+                    std::string(times.empty() ? "" : " (shorter is better)"),
+                times, Unit::ns, y);
+  body += panel(std::string("Throughput, ") + unit_name(throughput_unit) + " (longer is better)",
+                throughputs, throughput_unit, y);
+  if (run.figures.empty()) {
+    body += "<text class=\"subtitle\" x=\"20\" y=\"100\">no figures</text>\n";
+    y = 110;
+  }
+  const double height = y + 10;
+
+  std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kWidth) + "\" height=\"" +
+         num(height) + "\" viewBox=\"0 0 " + num(kWidth) + " " + num(height) +
+         "\" role=\"img\" aria-labelledby=\"chart-title\">\n";
+  svg += "<title id=\"chart-title\">eventide bench on " + xml_escape(run.device) +
+         ": each figure beside its anchors</title>\n";
+  svg += "<style>\n"
+         "  text { font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; "
+         "font-size: 11px; fill: #24292f; }\n"
+         "  .title { font-size: 16px; font-weight: 600; }\n"
+         "  .subtitle { fill: #57606a; }\n"
+         "  .heading { font-size: 13px; font-weight: 600; }\n"
+         "  .group { font-size: 12px; font-weight: 600; }\n"
+         "  .met { fill: #1a7f37; font-weight: 400; }\n"
+         "  .missed { fill: #cf222e; font-weight: 400; }\n"
+         "  .label { text-anchor: end; fill: #57606a; }\n"
+         "  .label.ours { fill: #1f6fb2; font-weight: 600; }\n"
+         "  .tick { text-anchor: middle; fill: #57606a; font-size: 10px; }\n"
+         "  .grid { stroke: #d8dee4; stroke-width: 1; }\n"
+         "  .goal { stroke: #cf222e; stroke-width: 1.5; stroke-dasharray: 4 3; }\n"
+         "</style>\n";
+  svg += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
+  svg += body;
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace eventide::cli
