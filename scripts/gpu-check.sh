@@ -4,7 +4,8 @@
 # Python tests (test_cuda.py on cuda:0 among them), `eventide demo` on the GPU, the GPU
 # benchmarks beside the raw CUDA calls, cuBLASLt and PyTorch, and the GPU tests under
 # compute-sanitizer. Logs and results go to $OUT (the device tool's output folder) or
-# ./gpu-check-out; summary.txt says what passed.
+# ./gpu-check-out; summary.txt says what passed. (The device tool brings back 8 files: pack
+# the folder into one archive there.)
 #
 #   scripts/gpu-check.sh [build|test|bench|sanitize|all]...     (default: all)
 set -uo pipefail
@@ -13,7 +14,7 @@ out=${OUT:-$PWD/gpu-check-out}
 build=${BUILD:-/tmp/eventide-gpu}
 py=${PYTHON:-$(command -v python3)}
 jobs=$(nproc)
-mkdir -p "$out"
+mkdir -p "$out" "$out/profile"
 summary="$out/summary.txt"
 steps=("${@:-all}")
 want() { [[ " ${steps[*]} " == *" all "* || " ${steps[*]} " == *" $1 "* ]]; }
@@ -42,6 +43,10 @@ if want test; then
   "$build/tools/eventide" info > "$out/demo.log" 2>&1
   "$build/tools/eventide" demo >> "$out/demo.log" 2>&1
   note "demo on $(sed -n 's/^default device: \([^ ]*\).*/\1/p' "$out/demo.log"): $(tail -1 "$out/demo.log")"
+  # The overlap scenario under the profiler: GPU times on the host's clock, as a trace and a page.
+  "$build/tools/eventide" demo --device cuda:0 --only 16 --trace "$out/profile/trace-cuda.json" \
+    --timeline "$out/profile/timeline-cuda.html" > "$out/profile.log" 2>&1
+  note "demo --only 16 under the profiler: $(tail -1 "$out/profile.log")"
   PYTHONPATH="$build/python" "$py" -m pytest tests/python -q -p no:cacheprovider > "$out/pytest.log" 2>&1
   note "pytest: $(tail -1 "$out/pytest.log")"
 fi
@@ -53,6 +58,10 @@ if want bench; then
   PYTHONPATH="$build/python" "$py" bench/python_bench.py --device cuda:0 \
     --json "$build/bench_python.json" --md "$out/bench_python.md" > /dev/null 2>&1
   note "bench python: $(grep -c '| yes |' "$out/bench_python.md") goals met, $(grep -c 'no\*\*' "$out/bench_python.md") missed"
+  # `eventide bench`: the suite with its progress lines, the table, JSON, Markdown and SVG.
+  "$build/tools/eventide" bench --device cuda:0 --out "$out/eventide-bench" \
+    > "$out/eventide_bench.log" 2>&1
+  note "eventide bench on cuda:0: $(grep 'Goals met' "$out/eventide_bench.log")"
 fi
 
 if want sanitize; then

@@ -104,6 +104,30 @@ constexpr int kPerBatch = 100;
 // is already spinning on the GPU.
 void settle() { std::this_thread::sleep_for(50us); }
 
+// Opens a gate (`open`) and blocks in `wait`; returns the ns from the opening to the return.
+// With `busy` zero the gate opens just before the wait (the waiter spins: the best case);
+// otherwise a helper thread opens it `busy` after the wait began, so the waiter has gone to
+// sleep, as behind GPU work that runs for milliseconds.
+template <class Open, class Wait>
+double gate_to_return(std::chrono::nanoseconds busy, Open open, Wait wait) {
+  if (busy.count() == 0) {
+    const auto t0 = Clock::now();
+    open();
+    wait();
+    return ns_between(t0, Clock::now());
+  }
+  std::atomic<Clock::rep> opened{0};
+  std::thread opener([&] {
+    std::this_thread::sleep_for(busy);
+    opened.store(Clock::now().time_since_epoch().count());
+    open();
+  });
+  wait();
+  const auto t1 = Clock::now();
+  opener.join();
+  return ns_between(Clock::time_point(Clock::duration(opened.load())), t1);
+}
+
 }  // namespace
 
 Compared poll(Device gpu, int batches) {
@@ -155,7 +179,7 @@ Compared stream_wait(Device gpu, int batches) {
   return c;
 }
 
-Compared completion_wait(Device gpu, int rounds) {
+Compared completion_wait(Device gpu, int rounds, std::chrono::nanoseconds busy) {
   use_device(gpu);
   Pinned p;
   std::uint64_t* gate = p.device_ptr(0);
@@ -169,10 +193,7 @@ Compared completion_wait(Device gpu, int rounds) {
       ++v;
       ev::Event e = s.enqueue("hold", [=] { kernels::hold(gate, v, nullptr, sh); });
       settle();
-      const auto t0 = Clock::now();
-      p.at(0) = v;
-      e.wait();
-      c.ours.push_back(ns_between(t0, Clock::now()));
+      c.ours.push_back(gate_to_return(busy, [&] { p.at(0) = v; }, [&] { e.wait(); }));
     }
   }
   RawStream raw;
@@ -182,20 +203,17 @@ Compared completion_wait(Device gpu, int rounds) {
     kernels::hold(gate, v, nullptr, raw.s);
     EVENTIDE_BENCH_CHECK(cudaEventRecord(ce.e, raw.s));
     settle();
-    const auto t0 = Clock::now();
-    p.at(0) = v;
-    EVENTIDE_BENCH_CHECK(cudaEventSynchronize(ce.e));
-    c.anchor.push_back(ns_between(t0, Clock::now()));
+    c.anchor.push_back(gate_to_return(busy, [&] { p.at(0) = v; },
+                                      [&] { EVENTIDE_BENCH_CHECK(cudaEventSynchronize(ce.e)); }));
   }
   for (int i = 0; i < rounds; ++i) {  // the floor: the host polls a word the kernel writes
     ++v;
     kernels::hold(gate, v, done, raw.s);
     settle();
-    const auto t0 = Clock::now();
-    p.at(0) = v;
-    while (p.at(1) != v) {
-    }
-    c.anchor2.push_back(ns_between(t0, Clock::now()));
+    c.anchor2.push_back(gate_to_return(busy, [&] { p.at(0) = v; }, [&] {
+      while (p.at(1) != v) {
+      }
+    }));
   }
   EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
   return c;

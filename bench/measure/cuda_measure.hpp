@@ -8,6 +8,7 @@
 // CUDA object behind, also when it throws. Times are nanoseconds.
 #pragma once
 
+#include <chrono>
 #include <vector>
 
 #include <eventide/eventide.hpp>
@@ -30,8 +31,10 @@ Compared stream_wait(Device gpu, int batches);
 
 // A kernel holds until the host sets a gate in pinned memory; from setting it to the host
 // noticing the end of the kernel: Event::wait / cudaEventSynchronize; anchor2: the floor (the
-// host polls a word the kernel writes).
-Compared completion_wait(Device gpu, int rounds);
+// host polls a word the kernel writes). With `busy`, the gate opens that long after the wait
+// began (a helper thread opens it): the waiter has gone to sleep, as behind long GPU work.
+Compared completion_wait(Device gpu, int rounds,
+                         std::chrono::nanoseconds busy = std::chrono::nanoseconds(0));
 // The same, noticed by a completion callback / cudaLaunchHostFunc.
 Compared completion_callback(Device gpu, int rounds);
 

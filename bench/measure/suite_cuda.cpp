@@ -89,6 +89,17 @@ std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
                   "≤ 3.5 / 6 µs", ours.value <= 3500 && ours.p99.value_or(0) <= 6000, 3500);
   }});
 
+  suite.push_back({"wake.gpu_done_busy", "GPU work of 5 ms ends -> wait() returns",
+                   quick ? 0.4 : 3.2, [=] {
+    cuda::Compared c = cuda::completion_wait(gpu, quick ? 20 : 200, std::chrono::milliseconds(5));
+    Bar ours = bar("eventide", c.ours);
+    return figure("wake.gpu_done_busy",
+                  "GPU work of 5 ms ends → `wait()` returns (the waiter asleep), p50 / p99", ours,
+                  {bar("cudaEventSynchronize", c.anchor),
+                   bar("floor: host polls a word the kernel writes", c.anchor2)},
+                  "≤ 60 µs p99", ours.p99.value_or(0) <= 60'000, 60'000);
+  }});
+
   suite.push_back({"callback.gpu_done", "GPU work ends -> a callback runs", quick ? 0.3 : 3.0, [=] {
     cuda::Compared c = cuda::completion_callback(gpu, rounds);
     Bar ours = bar("eventide", c.ours);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <thread>
 
+#include "core/profiler_state.hpp"
 #include "eventide/errors.hpp"
 
 namespace eventide::python {
@@ -122,6 +123,8 @@ bool wait_interruptible(const std::function<bool()>& ready,
                         const std::function<bool(std::chrono::nanoseconds)>& try_wait,
                         std::optional<double> timeout_s) {
   if (ready()) return true;
+  // For a profiler: the slices are one wait.
+  detail::HostWaitGroup wait_group;
   using namespace std::chrono;
   constexpr nanoseconds kSlice = milliseconds(20);
   std::optional<steady_clock::time_point> deadline;
@@ -149,7 +152,10 @@ bool wait_interruptible(const std::function<bool()>& ready,
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     }
     PyEval_RestoreThread(thread);
-    if (done) return true;
+    if (done) {
+      wait_group.finish(true);
+      return true;
+    }
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     if (deadline && steady_clock::now() >= *deadline) return false;
   }

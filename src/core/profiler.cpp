@@ -149,7 +149,7 @@ void ProfilerState::on_host_wait(std::uint64_t event, const std::vector<Ref<Work
   for (const Ref<Work>& w : ops) {
     if (std::uint64_t id = s->id_of(w.get())) entry.ops.push_back(id);
   }
-  s->recorded_.host_waits.push_back(std::move(entry));
+  s->add_host_wait(std::move(entry));
 }
 
 void ProfilerState::on_fence_wait(const Timeline& timeline, std::uint64_t seq, std::int64_t start_ns,
@@ -159,7 +159,50 @@ void ProfilerState::on_fence_wait(const Timeline& timeline, std::uint64_t seq, s
   if (!s) return;
   HostWaitEntry entry{0, s->thread_number(), start_ns, end_ns, finished, {}};
   if (auto it = s->fences_.find({&timeline, seq}); it != s->fences_.end()) entry.ops.push_back(it->second);
-  s->recorded_.host_waits.push_back(std::move(entry));
+  s->add_host_wait(std::move(entry));
+}
+
+namespace {
+// The calling thread's open HostWaitGroup (null: none).
+thread_local HostWaitGroup* t_wait_group = nullptr;
+}  // namespace
+
+void ProfilerState::add_host_wait(HostWaitEntry entry) {
+  HostWaitGroup* group = t_wait_group;
+  if (!group) {
+    recorded_.host_waits.push_back(std::move(entry));
+    return;
+  }
+  if (!group->blocked_) {
+    group->blocked_ = true;
+    group->event_ = entry.event;
+    group->start_ns_ = entry.start_ns;
+  } else if (group->event_ != entry.event) {
+    group->event_ = 0;  // slices on different events (wait_all): not one event's wait
+  }
+  for (std::uint64_t id : entry.ops) {
+    if (std::find(group->ops_.begin(), group->ops_.end(), id) == group->ops_.end()) {
+      group->ops_.push_back(id);
+    }
+  }
+}
+
+HostWaitGroup::HostWaitGroup() noexcept {
+  if (!profiling() || t_wait_group) return;
+  open_ = true;
+  t_wait_group = this;
+}
+
+HostWaitGroup::~HostWaitGroup() {
+  if (!open_) return;
+  t_wait_group = nullptr;
+  if (!blocked_) return;
+  const std::int64_t end_ns = host_now_ns();
+  std::lock_guard lock(g_profiler_mu);
+  ProfilerState* s = ProfilerState::locked_state();
+  if (!s) return;
+  s->recorded_.host_waits.push_back(ProfilerState::HostWaitEntry{
+      event_, s->thread_number(), start_ns_, end_ns, finished_, std::move(ops_)});
 }
 
 void ProfilerState::on_callback(std::uint64_t event, const std::string& thread,

@@ -113,6 +113,10 @@ class ProfilerState {
     std::vector<CallbackEntry> callbacks;
   };
 
+  // Records a host wait, or joins it to the calling thread's HostWaitGroup. Under g_profiler_mu.
+  void add_host_wait(HostWaitEntry entry);
+  friend class HostWaitGroup;
+
   // The running profiler's state, with g_profiler_mu held; null if none runs.
   static ProfilerState* locked_state() noexcept;
   // Under g_profiler_mu.
@@ -133,6 +137,31 @@ class ProfilerState {
   };
   std::unordered_map<std::pair<const Timeline*, std::uint64_t>, std::uint64_t, FenceHash> fences_;
   std::unordered_map<std::thread::id, std::uint32_t> threads_;
+};
+
+// Makes the host waits the calling thread records while it lives one wait, from the first
+// that blocked to the group's end, finished as finish() says: a waiter that waits in slices
+// (Python's wait gives the interpreter back every 20 ms and checks for Ctrl-C) is one wait,
+// also when its last slice found the work done (such a slice blocks nothing and records
+// nothing). Groups do not nest: an inner one joins the outer. Costs one relaxed load when no
+// profiler runs.
+class HostWaitGroup {
+ public:
+  HostWaitGroup() noexcept;
+  ~HostWaitGroup();
+  HostWaitGroup(const HostWaitGroup&) = delete;
+  HostWaitGroup& operator=(const HostWaitGroup&) = delete;
+  // How the whole wait ended (default: not finished, as when an exception leaves it).
+  void finish(bool finished) noexcept { finished_ = finished; }
+
+ private:
+  friend class ProfilerState;
+  bool open_ = false;      // this group is the calling thread's (not nested, profiling)
+  bool blocked_ = false;   // a slice blocked: there is a wait to record
+  bool finished_ = false;
+  std::uint64_t event_ = 0;
+  std::int64_t start_ns_ = 0;
+  std::vector<std::uint64_t> ops_;
 };
 
 // The running profiler (null: none). Read it relaxed on hot paths: see the header comment.

@@ -8,8 +8,8 @@
 //   pid N+1     "host": a track per thread that waited ("host waits · thread 1")
 //               and per callback thread ("callbacks cpu").
 //   arrows      flow events ("s" then "f", one id each) from an op to what waited for it: a
-//               wait or an op on another stream, a host wait, a callback of an event it was
-//               recorded on.
+//               wait or an op on another stream, a host wait that saw it end (not one that
+//               timed out), a callback of an event it was recorded on.
 //
 // Flow events bind to slices by time: each viewer looks for the slice of that track open
 // at the flow's timestamp, a half-open [start, end). So every slice here lasts at least
@@ -186,6 +186,8 @@ class TraceWriter {
       }
     }
     for (std::size_t h = 0; h < host_wait_slices_.size(); ++h) {
+      // A wait that timed out never saw its ops end: no arrow (it would point back in time).
+      if (!p_.host_waits()[h].finished) continue;
       for (std::uint64_t id : p_.host_waits()[h].ops) {
         if (const SliceRef* from = op_slice(id)) flow(*from, host_wait_slices_[h], true, "host wait");
       }

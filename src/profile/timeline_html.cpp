@@ -8,7 +8,7 @@
 //            (classes "hostwait", "callback"); each has a <title> (the browser shows it on
 //            hover) and data- attributes with its figures;
 //   arrows   from an op's end to what waited for it (a wait or op of another stream, a host
-//            wait, a callback), with arrowheads;
+//            wait that saw it end, a callback), with arrowheads;
 //   axis     above and below, in µs, ms or s, from the first thing drawn to the last.
 //
 // Everything is laid out here, in C++, so the page needs nothing to run; its little CSS
@@ -362,6 +362,8 @@ class PageWriter {
       }
     }
     for (std::size_t h = 0; h < p_.host_waits().size(); ++h) {
+      // A wait that timed out never saw its ops end: no arrow (it would point back in time).
+      if (!p_.host_waits()[h].finished) continue;
       for (std::uint64_t id : p_.host_waits()[h].ops) {
         if (std::size_t from = box_of(id); from != SIZE_MAX) arrow(s, from, host_wait_box_[h], true, "dep host");
       }
@@ -382,11 +384,14 @@ class PageWriter {
     std::size_t waits = 0;
     for (const ProfiledOp& op : p_.ops()) waits += op.is_wait;
     const double span_us = t1_ - t0_;
-    std::string summary = std::to_string(p_.ops().size() - waits) + " ops, " + std::to_string(waits) +
-                          " waits on " + std::to_string(layout_.streams.size()) + " streams · " +
-                          std::to_string(p_.records().size()) + " records · " +
-                          std::to_string(p_.host_waits().size()) + " host waits · " +
-                          std::to_string(p_.callbacks().size()) + " callbacks · profile " +
+    auto count = [](std::size_t n, const char* one, const char* many) {
+      return std::to_string(n) + " " + (n == 1 ? one : many);
+    };
+    std::string summary = count(p_.ops().size() - waits, "op", "ops") + ", " + count(waits, "wait", "waits") +
+                          " on " + count(layout_.streams.size(), "stream", "streams") + " · " +
+                          count(p_.records().size(), "record", "records") + " · " +
+                          count(p_.host_waits().size(), "host wait", "host waits") + " · " +
+                          count(p_.callbacks().size(), "callback", "callbacks") + " · profile " +
                           duration_text(p_.duration_us()) + ", drawn " + tick_label(t0_) + " to " +
                           tick_label(t1_) + " (" + duration_text(span_us) + ")";
     std::string h;

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -239,6 +240,62 @@ TEST(CudaTest, TimeElapsedIsTheKernelsOwnTimeWithinOneMicrosecond) {
     std::printf("largest difference over 20 kernels: %.3f us\n", worst);
     const char* mode = std::getenv("EVENTIDE_CUDA_TIMING");
     if (!mode || std::string(mode) == "cupti") EXPECT_LE(worst, 1.0);
+  });
+}
+
+// The profiler puts GPU times (CUPTI's clock, or event pairs) on the host's clock: a kernel's
+// bar is as long as the kernel's own time, a kernel that waits for another starts after it
+// ends, and the host wait that saw it finish ends after it (within the calibration error).
+TEST(CudaTest, TheProfilerPutsGpuOpsOnTheHostsClock) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s1(kGpu), s2(kGpu);
+    DeviceWords w1, w2;
+    ev::Profiler profiler;
+    ev::Event first = spin_on(s1, 2'000'000, w1.p);  // 2 ms by the GPU's clock
+    s2.wait(first);
+    ev::Event second = spin_on(s2, 1'000'000, w2.p);
+    second.wait();
+    const double second_elapsed = second.time_elapsed().count();
+    ev::Profile p = profiler.stop();
+
+    const ev::ProfiledOp *a = nullptr, *wait = nullptr, *b = nullptr;
+    for (const ev::ProfiledOp& op : p.ops()) {
+      if (op.stream == s1.str() && op.name == "spin") a = &op;
+      if (op.stream == s2.str() && op.is_wait) wait = &op;
+      if (op.stream == s2.str() && op.name == "spin") b = &op;
+    }
+    ASSERT_TRUE(a && wait && b) << p.str();
+    ASSERT_TRUE(a->start_us && a->end_us && b->start_us && b->end_us) << "GPU ops have times";
+    EXPECT_EQ(wait->waits_for, std::vector<std::uint64_t>{a->id});
+    for (const ev::ProfiledOp* op : {a, b}) {
+      EXPECT_TRUE(op->finished);
+      EXPECT_GE(*op->start_us, 0.0);
+      EXPECT_LE(*op->end_us, p.duration_us());
+    }
+    const auto stamps_a = w1.read(2), stamps_b = w2.read(2);
+    const double own_a = static_cast<double>(stamps_a[1] - stamps_a[0]) / 1e3;
+    const double own_b = static_cast<double>(stamps_b[1] - stamps_b[0]) / 1e3;
+    std::printf("spin on s1 %.2f us (own %.2f), on s2 %.2f us (own %.2f), s2 starts %.2f us after "
+                "s1 ends\n", *a->end_us - *a->start_us, own_a, *b->end_us - *b->start_us, own_b,
+                *b->start_us - *a->end_us);
+    EXPECT_NEAR(*b->end_us - *b->start_us, second_elapsed, 0.01) << "the times of time_elapsed";
+    const char* mode = std::getenv("EVENTIDE_CUDA_TIMING");
+    if (!mode || std::string(mode) == "cupti") {
+      EXPECT_NEAR(*a->end_us - *a->start_us, own_a, 1.0);
+      EXPECT_NEAR(*b->end_us - *b->start_us, own_b, 1.0);
+    }
+    // One clock for both streams: the GPU ran s2's spin after s1's.
+    EXPECT_GE(*b->start_us, *a->end_us - 1.0);
+    // The host wait on `second` ended after the GPU finished it, and soon after.
+    const ev::ProfiledHostWait* host = nullptr;
+    for (const ev::ProfiledHostWait& h : p.host_waits()) {
+      if (std::find(h.ops.begin(), h.ops.end(), b->id) != h.ops.end()) host = &h;
+    }
+    ASSERT_TRUE(host) << "the host wait on the second spin is recorded";
+    std::printf("host wait ends %.2f us after the GPU op's end\n", host->end_us - *b->end_us);
+    EXPECT_GE(host->end_us, *b->end_us - 50.0) << "the clocks agree within 50 us";
+    EXPECT_LE(host->end_us, *b->end_us + 5000.0);
   });
 }
 

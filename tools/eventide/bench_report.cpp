@@ -179,7 +179,8 @@ struct Scale {
   }
 };
 
-// Ticks of a linear axis from 0 to `max`: 1, 2 or 5 times a power of ten apart.
+// Ticks of a linear axis from 0 to at least `max`: 1, 2 or 5 times a power of ten apart; the
+// last tick is the axis' end, so it must not fall short of `max`.
 std::vector<double> linear_ticks(double max) {
   const double raw = max / 5;
   const double p = std::pow(10, std::floor(std::log10(raw)));
@@ -191,7 +192,10 @@ std::vector<double> linear_ticks(double max) {
     }
   }
   std::vector<double> ticks;
-  for (double t = 0; t <= max * 1.0001; t += step) ticks.push_back(t);
+  for (int i = 0;; ++i) {
+    ticks.push_back(i * step);
+    if (i * step >= max * 0.9999) break;
+  }
   return ticks;
 }
 

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <eventide/eventide.hpp>
 
@@ -22,7 +23,12 @@ struct DemoOptions {
   // Chrome trace (Perfetto, chrome://tracing) and a self-contained timeline page.
   std::optional<std::string> trace_path;
   std::optional<std::string> timeline_path;
+  // The scenarios to run, by number (1-based, as printed); empty: all of them.
+  std::vector<int> only;
 };
+
+// How many scenarios the demo has (`--only` takes numbers from 1 to this).
+int demo_scenario_count();
 
 // Runs every scenario of the seed tutorial on `options.device`, printing what happened;
 // kExitOk when every scenario passed its checks (and the profile, if asked for, was saved).

@@ -159,6 +159,11 @@ int main(int argc, char** argv) {
   demo->add_option("--timeline", demo_options.timeline_path,
                    "run under ev::Profiler and save the timeline as a self-contained HTML page")
       ->type_name("FILE");
+  demo->add_option("--only", demo_options.only,
+                   "run only these scenarios, by number (e.g. --only 16 or --only 2,5)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, cli::demo_scenario_count()).description(""))
+      ->type_name("N[,N...]");
 
   // bench
   std::optional<std::string> bench_device;
