@@ -157,15 +157,23 @@ void EventState::on_armed_fence_passed() noexcept {
 }
 
 void EventState::record(Ref<Work> work, std::optional<Device> device, Ref<Work> also) {
-  Actions actions;
-  // The op the event reports on: the last op, not a wait after it.
-  Ref<Work> profiled_op;
-  std::int64_t profiled_at = 0;
-  const bool profiled = profiling();
-  if (profiled) [[unlikely]] {
-    profiled_op = also ? also : work;
-    profiled_at = host_now_ns();
+  if (profiling()) [[unlikely]] {
+    record_profiled(std::move(work), device, std::move(also));
+    return;
   }
+  record_work(std::move(work), device, std::move(also));
+}
+
+void EventState::record_profiled(Ref<Work> work, std::optional<Device> device, Ref<Work> also) {
+  // The op the event reports on: the last op, not a wait after it.
+  Ref<Work> op = also ? also : work;
+  const std::int64_t at = host_now_ns();
+  record_work(std::move(work), device, std::move(also));
+  ProfilerState::on_record(profile_id(), str(), op, at);
+}
+
+void EventState::record_work(Ref<Work> work, std::optional<Device> device, Ref<Work> also) {
+  Actions actions;
   {
     std::lock_guard lock(mu_);
     if (device) {
@@ -193,7 +201,6 @@ void EventState::record(Ref<Work> work, std::optional<Device> device, Ref<Work> 
     }
   }
   run(actions);
-  if (profiled) [[unlikely]] ProfilerState::on_record(profile_id(), str(), profiled_op, profiled_at);
 }
 
 void EventState::record_nothing(Device device) {

@@ -113,6 +113,10 @@ class EventState : public std::enable_shared_from_this<EventState> {
   void clear_locked();
   void run(Actions& actions) noexcept;
   void user_finish(std::exception_ptr error, bool is_set);
+  // record() without the profiler, and with it (kept out of the hot path).
+  void record_work(Ref<Work> work, std::optional<Device> device, Ref<Work> also);
+  [[gnu::cold, gnu::noinline]] void record_profiled(Ref<Work> work, std::optional<Device> device,
+                                                    Ref<Work> also);
   // wait_until once the event was found pending.
   bool wait_pending(const Deadline& deadline, std::uint64_t finished_before);
   bool finished_locked() const noexcept {
