@@ -66,11 +66,11 @@ fi
 
 if want sanitize; then
   if command -v compute-sanitizer > /dev/null; then
-    filter='CudaTest.*:-CudaTest.TimeElapsed*:CudaTest.OutOfMemory*'
+    filter='CudaTest.*:-CudaTest.TimeElapsed*:CudaTest.TheProfilerPuts*:CudaTest.OutOfMemory*'
     for tool in memcheck racecheck; do
       compute-sanitizer --tool "$tool" --error-exitcode 9 \
         "$build/tests/cpp/cuda_test" --gtest_filter="$filter" > "$out/sanitizer_$tool.log" 2>&1
-      note "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer_$tool.log" | tail -1))"
+      note "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1))"
     done
   else
     note "compute-sanitizer: not installed here"

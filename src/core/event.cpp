@@ -265,7 +265,10 @@ void EventState::remove_notifier(const Parker* parker) noexcept {
 
 bool EventState::wait_until(const Deadline& deadline) {
   const std::uint64_t finished_before = finishes();
-  if (poll()) return true;
+  if (poll()) {
+    if (profiling()) [[unlikely]] ProfilerState::on_wait_found_done(profile_id(), nullptr, 0);
+    return true;
+  }
   if (!profiling() || expired(deadline)) [[likely]] return wait_pending(deadline, finished_before);
   // A host wait for the profiler: when, and for which ops.
   std::vector<Ref<Work>> ops;
@@ -288,12 +291,14 @@ bool EventState::wait_pending(const Deadline& deadline, std::uint64_t finished_b
   // Spin on the work itself before registering to be woken: a GPU writes its progress into
   // memory this thread can read, and nobody else need be involved. The spin reads the Works'
   // counters directly (a snapshot), not through the event's lock.
+  bool device_written = false;
   {
     SmallVector<Ref<Work>, 2> watch;
     {
       std::lock_guard lock(mu_);
       for (const Ref<Work>& w : pending_) watch.push_back(w);
     }
+    for (const Ref<Work>& w : watch) device_written = device_written || w->timeline().device_written();
     auto all_done = [&] {
       for (const Ref<Work>& w : watch) {
         if (!w->done()) return false;
@@ -311,6 +316,7 @@ bool EventState::wait_pending(const Deadline& deadline, std::uint64_t finished_b
   }
   const Ref<Parker>& parker = this_thread_parker();
   if (!add_notifier(parker)) return true;
+  WaitPacer pacer(device_written);
   for (;;) {
     // A completion wakes this waiter even if the event was recorded again before it ran
     // (notifiers are handed over at each completion, so it would not be woken again).
@@ -323,7 +329,7 @@ bool EventState::wait_pending(const Deadline& deadline, std::uint64_t finished_b
       remove_notifier(parker.get());
       return false;
     }
-    parker->park(deadline);
+    pacer.park(*parker, deadline);
   }
   remove_notifier(parker.get());
   return true;

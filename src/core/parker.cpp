@@ -8,6 +8,7 @@
 #include <sched.h>
 
 #include <linux/futex.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -81,6 +82,33 @@ void Parker::park(const Deadline& deadline, bool spin_to_deadline) noexcept {
   futex_wait(state_, kParked, deadline);
   // Woken, timed out or spurious: consume whatever is there and let the caller re-check.
   state_.exchange(kEmpty, std::memory_order_acquire);
+}
+
+void Parker::nap(Clock::time_point until) noexcept {
+  std::uint32_t expected = kEmpty;
+  if (state_.compare_exchange_strong(expected, kParked, std::memory_order_acquire)) {
+    futex_wait(state_, kParked, until);
+  }
+  state_.exchange(kEmpty, std::memory_order_acquire);
+}
+
+WaitPacer::WaitPacer(bool nap) noexcept : nap_(nap) {
+  if (!nap_) return;
+  const int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+  if (slack > 1000 && prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0) == 0) saved_slack_ns_ = slack;
+}
+
+WaitPacer::~WaitPacer() {
+  if (saved_slack_ns_ >= 0) prctl(PR_SET_TIMERSLACK, saved_slack_ns_, 0, 0, 0);
+}
+
+void WaitPacer::park(Parker& parker, const Deadline& deadline) noexcept {
+  if (!nap_) {
+    parker.park(deadline);
+    return;
+  }
+  const Clock::time_point nap_end = Clock::now() + kNap;
+  parker.nap(deadline ? std::min(*deadline, nap_end) : nap_end);
 }
 
 void Parker::unpark() noexcept {

@@ -140,6 +140,11 @@ void ProfilerState::on_record(std::uint64_t event, std::string event_name, const
       RecordEntry{event, std::move(event_name), op ? s->id_of(op.get()) : 0, at_ns});
 }
 
+namespace {
+// The calling thread's open HostWaitGroup (null: none).
+thread_local HostWaitGroup* t_wait_group = nullptr;
+}  // namespace
+
 void ProfilerState::on_host_wait(std::uint64_t event, const std::vector<Ref<Work>>& ops,
                                  std::int64_t start_ns, std::int64_t end_ns, bool finished) {
   std::lock_guard lock(g_profiler_mu);
@@ -162,10 +167,35 @@ void ProfilerState::on_fence_wait(const Timeline& timeline, std::uint64_t seq, s
   s->add_host_wait(std::move(entry));
 }
 
-namespace {
-// The calling thread's open HostWaitGroup (null: none).
-thread_local HostWaitGroup* t_wait_group = nullptr;
-}  // namespace
+void ProfilerState::on_wait_found_done(std::uint64_t event, const Timeline* timeline,
+                                       std::uint64_t seq) {
+  std::lock_guard lock(g_profiler_mu);
+  ProfilerState* s = locked_state();
+  if (!s || t_wait_group) return;
+  auto thread = s->threads_.find(std::this_thread::get_id());
+  if (thread == s->threads_.end()) return;  // this thread has not waited yet
+  std::uint64_t fence_op = 0;
+  if (timeline) {
+    auto it = s->fences_.find({timeline, seq});
+    if (it == s->fences_.end()) return;
+    fence_op = it->second;
+  }
+  const std::int64_t now = host_now_ns();
+  // This thread's last wait, among the latest few: a slice that timed out just before?
+  constexpr int kLook = 64;
+  int looked = 0;
+  for (auto w = s->recorded_.host_waits.rbegin(); w != s->recorded_.host_waits.rend() && looked < kLook;
+       ++w, ++looked) {
+    if (w->thread != thread->second) continue;
+    const bool same = timeline ? w->event == 0 && w->ops == std::vector<std::uint64_t>{fence_op}
+                               : w->event == event;
+    if (same && !w->finished && now - w->end_ns <= kWaitSliceGapNs) {
+      w->end_ns = now;
+      w->finished = true;
+    }
+    return;
+  }
+}
 
 void ProfilerState::add_host_wait(HostWaitEntry entry) {
   HostWaitGroup* group = t_wait_group;

@@ -60,6 +60,10 @@ class ProfilerState {
   // Stream::synchronize), from `start_ns` to `end_ns`.
   static void on_fence_wait(const Timeline& timeline, std::uint64_t seq, std::int64_t start_ns,
                             std::int64_t end_ns, bool finished);
+  // A wait on `event` (or, with `timeline`, on that fence) found the work finished without
+  // blocking. If the calling thread's last host wait was on the same thing and timed out
+  // just before, that was a slice of this wait (a loop of short waits): it is finished now.
+  static void on_wait_found_done(std::uint64_t event, const Timeline* timeline, std::uint64_t seq);
   // A callback of `event` (0: unknown) ran on `thread` from `start_ns` to `end_ns`.
   static void on_callback(std::uint64_t event, const std::string& thread, std::int64_t start_ns,
                           std::int64_t end_ns);

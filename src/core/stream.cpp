@@ -145,9 +145,10 @@ bool wait_for_pending_fence(Timeline& timeline, std::uint64_t seq, const Deadlin
   if (spin_until([&] { return timeline.passed(seq); }, deadline)) return true;
   const Ref<Parker>& parker = this_thread_parker();
   timeline.listen(seq, std::make_unique<UnparkListener>(parker));
+  WaitPacer pacer(timeline.device_written());
   while (!timeline.passed(seq)) {
     if (expired(deadline)) return false;
-    parker->park(deadline);
+    pacer.park(*parker, deadline);
   }
   return true;
 }
@@ -155,7 +156,10 @@ bool wait_for_pending_fence(Timeline& timeline, std::uint64_t seq, const Deadlin
 }  // namespace
 
 bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline) {
-  if (timeline.passed(seq)) return true;
+  if (timeline.passed(seq)) {
+    if (profiling()) [[unlikely]] ProfilerState::on_wait_found_done(0, &timeline, seq);
+    return true;
+  }
   check_not_waiting_on_self(timeline, seq);
   if (!profiling() || expired(deadline)) [[likely]] return wait_for_pending_fence(timeline, seq, deadline);
   const std::int64_t start = host_now_ns();

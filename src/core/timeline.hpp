@@ -74,6 +74,10 @@ class Timeline : public RefCounted {
   // own timelines (the CPU, UserEvents) are on it already.
   virtual std::int64_t to_host_ns(std::int64_t device_ns) const noexcept { return device_ns; }
 
+  // Whether a device writes the counter into memory the host reads (a GPU): a waiter can
+  // then see the work end by reading it, without waiting to be woken (WaitPacer).
+  bool device_written() const noexcept { return device_written_; }
+
   // Whether a listener is registered (the watcher of a GPU timeline watches only those).
   bool has_listeners() const noexcept {
     return min_target_.load(std::memory_order_acquire) != kNone;
@@ -82,7 +86,7 @@ class Timeline : public RefCounted {
  protected:
   // A timeline whose counter lives elsewhere (pinned memory written by a device).
   Timeline(std::string name, std::atomic<std::uint64_t>* counter)
-      : name_(std::move(name)), counter_(counter) {}
+      : name_(std::move(name)), counter_(counter), device_written_(true) {}
   // Called after a listener is registered on a fence not yet passed.
   virtual void listener_added() noexcept {}
 
@@ -92,6 +96,7 @@ class Timeline : public RefCounted {
   std::string name_;
   std::atomic<std::uint64_t> own_counter_{0};
   std::atomic<std::uint64_t>* counter_;
+  const bool device_written_ = false;
 
   // Lowest target among listeners, kNone when there are none: advance() reads it to skip the
   // lock in the common case of nobody listening.
