@@ -40,26 +40,14 @@ std::string format_value(Unit unit, double value) {
   return buf;
 }
 
-namespace {
-
-Bar bar_p50(std::string label, const std::vector<double>& samples) {
+Bar time_bar(std::string label, const std::vector<double>& samples) {
   Dist d = dist(samples);
   return Bar{std::move(label), d.p50, d.p99};
 }
 
-// Values for the JSON: "<prefix>_p50", "<prefix>_p99" of each bar.
-void keep_values(Figure& f) {
-  auto keep = [&f](const std::string& key, const Bar& b) {
-    f.values[key + "_p50"] = b.value;
-    if (b.p99) f.values[key + "_p99"] = *b.p99;
-  };
-  keep("eventide", f.ours);
-  for (std::size_t i = 0; i < f.anchors.size(); ++i) keep("anchor" + std::to_string(i), f.anchors[i]);
-}
-
-// A time figure whose goal is "at most `goal_ns`" for the p50.
 Figure time_figure(std::string name, std::string title, Bar ours, std::vector<Bar> anchors,
-                   std::optional<double> goal_ns, bool show_p99) {
+                   std::string goal, std::optional<bool> met, std::optional<double> goal_ns,
+                   bool show_p99) {
   Figure f;
   f.name = std::move(name);
   f.title = std::move(title);
@@ -68,6 +56,28 @@ Figure time_figure(std::string name, std::string title, Bar ours, std::vector<Ba
   f.ours = std::move(ours);
   f.ours.label = "eventide";
   f.anchors = std::move(anchors);
+  f.goal = std::move(goal);
+  f.goal_value = goal_ns;
+  f.met = met;
+  // Values for the JSON: "<prefix>_p50", "<prefix>_p99" of each bar.
+  auto keep = [&f](const std::string& key, const Bar& b) {
+    f.values[key + "_p50"] = b.value;
+    if (b.p99) f.values[key + "_p99"] = *b.p99;
+  };
+  keep("eventide", f.ours);
+  for (std::size_t i = 0; i < f.anchors.size(); ++i) {
+    keep("anchor" + std::to_string(i), f.anchors[i]);
+  }
+  return f;
+}
+
+namespace {
+
+// A time figure whose goal is "at most `goal_ns`" for the p50 (none: no goal).
+Figure time_figure(std::string name, std::string title, Bar ours, std::vector<Bar> anchors,
+                   std::optional<double> goal_ns, bool show_p99) {
+  std::string goal = "-";
+  std::optional<bool> met;
   if (goal_ns) {
     char buf[32];
     if (*goal_ns >= 1e3) {
@@ -75,14 +85,11 @@ Figure time_figure(std::string name, std::string title, Bar ours, std::vector<Ba
     } else {
       std::snprintf(buf, sizeof buf, "≤ %g ns", *goal_ns);
     }
-    f.goal = buf;
-    f.goal_value = *goal_ns;
-    f.met = f.ours.value <= *goal_ns;
-  } else {
-    f.goal = "-";
+    goal = buf;
+    met = ours.value <= *goal_ns;
   }
-  keep_values(f);
-  return f;
+  return time_figure(std::move(name), std::move(title), std::move(ours), std::move(anchors),
+                     std::move(goal), met, goal_ns, show_p99);
 }
 
 // Starts the runtime and the CPU device before anything is timed.
@@ -131,8 +138,8 @@ std::vector<Benchmark> cpu_suite(const SuiteOptions& options) {
     p.set_value();
     auto anchor = per_call(z.call_batches, 100, [&] { (void)ready.wait_for(0s); });
     return time_figure("event.poll", "`Event::poll()` of a finished event, per call",
-                       bar_p50("eventide", ours),
-                       {bar_p50("std::future::wait_for(0), ready", anchor)}, 20, false);
+                       time_bar("eventide", ours),
+                       {time_bar("std::future::wait_for(0), ready", anchor)}, 20, false);
   }});
 
   suite.push_back({"event.record", "Event() + record(tensor) + poll()", 0.2 * q, [z] {
@@ -152,8 +159,8 @@ std::vector<Benchmark> cpu_suite(const SuiteOptions& options) {
       (void)f.get();
     });
     return time_figure("event.record", "`Event()` + `record(tensor)` + `poll()`, per call",
-                       bar_p50("eventide", ours),
-                       {bar_p50("std::promise + set_value + get", anchor)}, 300, false);
+                       time_bar("eventide", ours),
+                       {time_bar("std::promise + set_value + get", anchor)}, 300, false);
   }});
 
   suite.push_back({"wake.ping_pong", "UserEvent::set() -> a waiting thread wakes", 0.5 * q, [z] {
@@ -163,9 +170,9 @@ std::vector<Benchmark> cpu_suite(const SuiteOptions& options) {
     auto atomic = atomic_ping_pong(z.ping_pong);
     return time_figure("wake.ping_pong",
                        "`UserEvent::set()` → a waiting thread wakes (ping-pong/2), p50 / p99",
-                       bar_p50("eventide", ours),
-                       {bar_p50("std::condition_variable", condvar),
-                        bar_p50("std::atomic wait/notify", atomic)},
+                       time_bar("eventide", ours),
+                       {time_bar("std::condition_variable", condvar),
+                        time_bar("std::atomic wait/notify", atomic)},
                        5000, true);
   }});
 
@@ -175,8 +182,8 @@ std::vector<Benchmark> cpu_suite(const SuiteOptions& options) {
     auto anchor = atomic_handoff(z.callbacks, 0ns);
     return time_figure("callback.hot",
                        "`UserEvent::set()` → its callback runs, back to back, p50 / p99",
-                       bar_p50("eventide", ours),
-                       {bar_p50("thread in std::atomic wait runs a function", anchor)}, 10000,
+                       time_bar("eventide", ours),
+                       {time_bar("thread in std::atomic wait runs a function", anchor)}, 10000,
                        true);
   }});
 
@@ -188,8 +195,8 @@ std::vector<Benchmark> cpu_suite(const SuiteOptions& options) {
     // The anchor is the floor here: waking any thread that has gone to sleep.
     return time_figure("callback.idle",
                        "`UserEvent::set()` → its callback runs, callback thread asleep, p50 / p99",
-                       bar_p50("eventide", ours),
-                       {bar_p50("thread asleep in std::atomic wait runs a function", anchor)},
+                       time_bar("eventide", ours),
+                       {time_bar("thread asleep in std::atomic wait runs a function", anchor)},
                        10000, true);
   }});
 
@@ -212,7 +219,7 @@ std::vector<Benchmark> cpu_suite(const SuiteOptions& options) {
     return time_figure("op.enqueue",
                        "a tiny op: `Stream::enqueue` of an empty function, per op (1000, wait "
                        "for the last)",
-                       bar_p50("eventide", ours), {bar_p50("std::async launch + get", anchor)},
+                       time_bar("eventide", ours), {time_bar("std::async launch + get", anchor)},
                        2000, false);
   }});
 
@@ -236,7 +243,7 @@ std::vector<Benchmark> cpu_suite(const SuiteOptions& options) {
     });
     return time_figure("op.add",
                        "`ev::add` of two 1-element tensors, per op (1000, wait for the last)",
-                       bar_p50("eventide", ours), {bar_p50("std::async launch + get", anchor)},
+                       time_bar("eventide", ours), {time_bar("std::async launch + get", anchor)},
                        2000, false);
   }});
 

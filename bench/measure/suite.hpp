@@ -72,6 +72,15 @@ bool has_suite(Device device);
 // cpu_suite or cuda_suite by options.device; std::invalid_argument if this build has none.
 std::vector<Benchmark> suite_for(const SuiteOptions& options);
 
+// A bar of times (ns): the p50 of `samples`, and their p99.
+Bar time_bar(std::string label, const std::vector<double>& samples);
+// A figure of times (ns): `ours` (labelled "eventide") beside `anchors`; `goal` as the table
+// writes it, `met` whether it was (none: no goal), `goal_ns` where the chart draws it. The
+// JSON values are each bar's p50 and p99.
+Figure time_figure(std::string name, std::string title, Bar ours, std::vector<Bar> anchors,
+                   std::string goal, std::optional<bool> met, std::optional<double> goal_ns,
+                   bool show_p99);
+
 // figure | eventide | anchor | goal | met? (Markdown), one row per figure, then a line saying
 // how many goals were met.
 std::string markdown_table(const std::vector<Figure>& figures);

@@ -13,33 +13,6 @@ namespace eventide::bench {
 
 namespace {
 
-Bar bar(std::string label, const std::vector<double>& samples) {
-  Dist d = dist(samples);
-  return Bar{std::move(label), d.p50, d.p99};
-}
-
-Figure figure(std::string name, std::string title, Bar ours, std::vector<Bar> anchors,
-              std::string goal, std::optional<bool> met, std::optional<double> goal_ns = {}) {
-  Figure f;
-  f.name = std::move(name);
-  f.title = std::move(title);
-  f.unit = Unit::ns;
-  f.show_p99 = true;
-  f.ours = std::move(ours);
-  f.ours.label = "eventide";
-  f.anchors = std::move(anchors);
-  f.goal = std::move(goal);
-  f.goal_value = goal_ns;
-  f.met = met;
-  f.values["eventide_p50"] = f.ours.value;
-  f.values["eventide_p99"] = f.ours.p99.value_or(0);
-  for (std::size_t i = 0; i < f.anchors.size(); ++i) {
-    f.values["anchor" + std::to_string(i) + "_p50"] = f.anchors[i].value;
-    f.values["anchor" + std::to_string(i) + "_p99"] = f.anchors[i].p99.value_or(0);
-  }
-  return f;
-}
-
 const char* dtype_name(ev::DType dt, bool tf32) {
   if (dt == ev::DType::f32) return tf32 ? "tf32" : "f32";
   return dt == ev::DType::bf16 ? "bf16" : "f16";
@@ -58,62 +31,69 @@ std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
 
   suite.push_back({"event.poll", "poll() beside cudaEventQuery", quick ? 0.1 : 0.8, [=] {
     cuda::Compared c = cuda::poll(gpu, batches);
-    Bar ours = bar("eventide", c.ours);
-    return figure("event.poll", "`poll()` of a finished event, p50 / p99", ours,
-                  {bar("cudaEventQuery", c.anchor)}, "≤ 20 ns", ours.value <= 20, 20);
+    Bar ours = time_bar("eventide", c.ours);
+    return time_figure("event.poll", "`poll()` of a finished event, p50 / p99", ours,
+                       {time_bar("cudaEventQuery", c.anchor)}, "≤ 20 ns", ours.value <= 20, 20,
+                       true);
   }});
 
   suite.push_back({"event.record", "Event() + record(tensor) beside cudaEventRecord",
                    quick ? 0.1 : 0.8, [=] {
     cuda::Compared c = cuda::record(gpu, batches);
-    Bar ours = bar("eventide", c.ours);
-    return figure("event.record", "`Event()` + `record(tensor)`, timing on, p50 / p99", ours,
-                  {bar("cudaEventRecord, timing on", c.anchor),
-                   bar("cudaEventRecord, timing off", c.anchor2)},
-                  "≤ 150 ns", ours.value <= 150, 150);
+    Bar ours = time_bar("eventide", c.ours);
+    return time_figure("event.record", "`Event()` + `record(tensor)`, timing on, p50 / p99", ours,
+                       {time_bar("cudaEventRecord, timing on", c.anchor),
+                        time_bar("cudaEventRecord, timing off", c.anchor2)},
+                       "≤ 150 ns", ours.value <= 150, 150, true);
   }});
 
   suite.push_back({"stream.wait", "Stream::wait(event) beside cudaStreamWaitEvent",
                    quick ? 0.1 : 0.5, [=] {
     cuda::Compared c = cuda::stream_wait(gpu, batches);
-    return figure("stream.wait", "`Stream::wait(event)` enqueue, p50 / p99", bar("eventide", c.ours),
-                  {bar("cudaStreamWaitEvent", c.anchor)}, "-", std::nullopt);
+    return time_figure("stream.wait", "`Stream::wait(event)` enqueue, p50 / p99",
+                       time_bar("eventide", c.ours), {time_bar("cudaStreamWaitEvent", c.anchor)},
+                       "-", std::nullopt, std::nullopt, true);
   }});
 
   suite.push_back({"wake.gpu_done", "GPU work ends -> wait() returns", quick ? 0.4 : 4.0, [=] {
     cuda::Compared c = cuda::completion_wait(gpu, rounds);
-    Bar ours = bar("eventide", c.ours);
-    return figure("wake.gpu_done", "GPU work ends → `wait()` returns, p50 / p99", ours,
-                  {bar("cudaEventSynchronize", c.anchor),
-                   bar("floor: host polls a word the kernel writes", c.anchor2)},
-                  "≤ 3.5 / 6 µs", ours.value <= 3500 && ours.p99.value_or(0) <= 6000, 3500);
+    Bar ours = time_bar("eventide", c.ours);
+    return time_figure("wake.gpu_done", "GPU work ends → `wait()` returns, p50 / p99", ours,
+                       {time_bar("cudaEventSynchronize", c.anchor),
+                        time_bar("floor: host polls a word the kernel writes", c.anchor2)},
+                       "≤ 3.5 / 6 µs", ours.value <= 3500 && ours.p99.value_or(0) <= 6000, 3500,
+                       true);
   }});
 
   suite.push_back({"wake.gpu_done_busy", "GPU work of 5 ms ends -> wait() returns",
                    quick ? 0.4 : 3.2, [=] {
     cuda::Compared c = cuda::completion_wait(gpu, quick ? 20 : 200, std::chrono::milliseconds(5));
-    Bar ours = bar("eventide", c.ours);
-    return figure("wake.gpu_done_busy",
-                  "GPU work of 5 ms ends → `wait()` returns (the waiter asleep), p50 / p99", ours,
-                  {bar("cudaEventSynchronize", c.anchor),
-                   bar("floor: host polls a word the kernel writes", c.anchor2)},
-                  "≤ 60 µs p99", ours.p99.value_or(0) <= 60'000, 60'000);
+    Bar ours = time_bar("eventide", c.ours);
+    return time_figure("wake.gpu_done_busy",
+                       "GPU work of 5 ms ends → `wait()` returns (the waiter asleep), p50 / p99",
+                       ours,
+                       {time_bar("cudaEventSynchronize", c.anchor),
+                        time_bar("floor: host polls a word the kernel writes", c.anchor2)},
+                       "≤ 60 µs p99", ours.p99.value_or(0) <= 60'000, 60'000, true);
   }});
 
   suite.push_back({"callback.gpu_done", "GPU work ends -> a callback runs", quick ? 0.3 : 3.0, [=] {
     cuda::Compared c = cuda::completion_callback(gpu, rounds);
-    Bar ours = bar("eventide", c.ours);
-    return figure("callback.gpu_done", "GPU work ends → a callback runs, p50 / p99", ours,
-                  {bar("cudaLaunchHostFunc", c.anchor)}, "≤ 6 µs", ours.value <= 6000, 6000);
+    Bar ours = time_bar("eventide", c.ours);
+    return time_figure("callback.gpu_done", "GPU work ends → a callback runs, p50 / p99", ours,
+                       {time_bar("cudaLaunchHostFunc", c.anchor)}, "≤ 6 µs", ours.value <= 6000,
+                       6000, true);
   }});
 
   suite.push_back({"timing.error", "time_elapsed() beside a CUDA event pair", quick ? 0.1 : 0.5, [=] {
     cuda::Compared c = cuda::timing_error(gpu, timing_rounds);
-    Bar ours = bar("eventide", c.ours);
-    Figure f = figure("timing.error",
-                      "`time_elapsed` error for a " + format_value(Unit::ns, dist(c.anchor2).p50) +
-                          " kernel (against its own %globaltimer), p50 / p99",
-                      ours, {bar("CUDA event pair", c.anchor)}, "≤ 1 µs", ours.value <= 1000, 1000);
+    Bar ours = time_bar("eventide", c.ours);
+    const std::string kernel = format_value(Unit::ns, dist(c.anchor2).p50);
+    Figure f = time_figure("timing.error",
+                           "`time_elapsed` error for a " + kernel +
+                               " kernel (against its own %globaltimer), p50 / p99",
+                           ours, {time_bar("CUDA event pair", c.anchor)}, "≤ 1 µs",
+                           ours.value <= 1000, 1000, true);
     f.values["kernel_ns_p50"] = dist(c.anchor2).p50;
     return f;
   }});
