@@ -176,31 +176,21 @@ class TraceWriter {
   }
 
   void add_flows() {
-    const auto& ops = p_.ops();
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (!op_slices_[i].track) continue;
-      for (std::uint64_t id : ops[i].waits_for) {
-        if (const SliceRef* from = op_slice(id)) {
-          flow(*from, op_slices_[i], ops[i].is_wait, ops[i].is_wait ? "wait" : "dependency");
-        }
+    for (const profile::Arrow& a : profile::arrows(p_, layout_)) {
+      const SliceRef& from = op_slices_[a.from];
+      if (!from.track) continue;
+      switch (a.to) {
+        case profile::Arrow::To::op:
+          if (!op_slices_[a.index].track) break;
+          flow(from, op_slices_[a.index], a.at_end, a.at_end ? "wait" : "dependency");
+          break;
+        case profile::Arrow::To::host_wait:
+          flow(from, host_wait_slices_[a.index], a.at_end, "host wait");
+          break;
+        case profile::Arrow::To::callback:
+          flow(from, callback_slices_[a.index], a.at_end, "callback");
+          break;
       }
-    }
-    for (std::size_t h = 0; h < host_wait_slices_.size(); ++h) {
-      // A wait that timed out never saw its ops end: no arrow (it would point back in time).
-      if (!p_.host_waits()[h].finished) continue;
-      for (std::uint64_t id : p_.host_waits()[h].ops) {
-        if (const SliceRef* from = op_slice(id)) flow(*from, host_wait_slices_[h], true, "host wait");
-      }
-    }
-    // A callback follows the op of its event's last record before it ran.
-    for (std::size_t c = 0; c < callback_slices_.size(); ++c) {
-      const ProfiledCallback& cb = p_.callbacks()[c];
-      const ProfiledRecord* last = nullptr;
-      for (const ProfiledRecord& r : p_.records()) {
-        if (r.event == cb.event && r.op != 0 && r.at_us <= cb.start_us) last = &r;
-      }
-      if (!last) continue;
-      if (const SliceRef* from = op_slice(last->op)) flow(*from, callback_slices_[c], false, "callback");
     }
     // Records: a mark where the op they tied ends (when the event passed it).
     for (const ProfiledRecord& r : p_.records()) {

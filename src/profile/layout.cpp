@@ -89,4 +89,36 @@ Layout lay_out(const Profile& profile) {
   return layout;
 }
 
+std::vector<Arrow> arrows(const Profile& profile, const Layout& layout) {
+  std::vector<Arrow> out;
+  auto from = [&layout](std::uint64_t id) -> std::optional<std::size_t> {
+    auto it = layout.index_of.find(id);
+    if (it == layout.index_of.end()) return std::nullopt;
+    return it->second;
+  };
+  const auto& ops = profile.ops();
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    for (std::uint64_t id : ops[i].waits_for) {
+      if (auto f = from(id)) out.push_back(Arrow{*f, Arrow::To::op, i, ops[i].is_wait});
+    }
+  }
+  const auto& waits = profile.host_waits();
+  for (std::size_t h = 0; h < waits.size(); ++h) {
+    if (!waits[h].finished) continue;
+    for (std::uint64_t id : waits[h].ops) {
+      if (auto f = from(id)) out.push_back(Arrow{*f, Arrow::To::host_wait, h, true});
+    }
+  }
+  const auto& callbacks = profile.callbacks();
+  for (std::size_t c = 0; c < callbacks.size(); ++c) {
+    const ProfiledRecord* last = nullptr;
+    for (const ProfiledRecord& r : profile.records()) {
+      if (r.event == callbacks[c].event && r.op != 0 && r.at_us <= callbacks[c].start_us) last = &r;
+    }
+    if (!last) continue;
+    if (auto f = from(last->op)) out.push_back(Arrow{*f, Arrow::To::callback, c, false});
+  }
+  return out;
+}
+
 }  // namespace eventide::profile

@@ -48,6 +48,22 @@ struct Layout {
 
 Layout lay_out(const Profile& profile);
 
+// An arrow of both pictures, from the end of an op to what waited for it.
+struct Arrow {
+  enum class To { op, host_wait, callback };
+  std::size_t from = 0;   // index into Profile::ops()
+  To to = To::op;
+  std::size_t index = 0;  // into ops(), host_waits() or callbacks(), as `to` says
+  bool at_end = false;    // it enters its target at the end (a wait: when it was satisfied)
+};
+
+// The arrows, in this order: to each op (a wait, or an op reading a tensor of another stream)
+// from the ops it waited for; to each host wait that saw its ops end (one that timed out saw
+// nothing end: no arrow, it would point back in time); to each callback from the op of its
+// event's last record before it ran. Only ops of the profile; a picture skips the ops it
+// does not place.
+std::vector<Arrow> arrows(const Profile& profile, const Layout& layout);
+
 // Microseconds to the layout's nanoseconds (rounded).
 std::int64_t to_ns(double us) noexcept;
 

@@ -349,33 +349,21 @@ class PageWriter {
   }
 
   void draw_arrows(std::string& s) {
-    const auto& ops = p_.ops();
     s += "<g class=\"arrows\">\n";
-    auto box_of = [&](std::uint64_t id) -> std::size_t {
-      auto it = layout_.index_of.find(id);
-      return it == layout_.index_of.end() ? SIZE_MAX : op_box_[it->second];
-    };
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (op_box_[i] == SIZE_MAX) continue;
-      for (std::uint64_t id : ops[i].waits_for) {
-        if (std::size_t from = box_of(id); from != SIZE_MAX) arrow(s, from, op_box_[i], ops[i].is_wait, "dep");
+    for (const profile::Arrow& a : profile::arrows(p_, layout_)) {
+      const std::size_t from = op_box_[a.from];
+      if (from == SIZE_MAX) continue;
+      switch (a.to) {
+        case profile::Arrow::To::op:
+          if (op_box_[a.index] != SIZE_MAX) arrow(s, from, op_box_[a.index], a.at_end, "dep");
+          break;
+        case profile::Arrow::To::host_wait:
+          arrow(s, from, host_wait_box_[a.index], a.at_end, "dep host");
+          break;
+        case profile::Arrow::To::callback:
+          arrow(s, from, callback_box_[a.index], a.at_end, "dep host");
+          break;
       }
-    }
-    for (std::size_t h = 0; h < p_.host_waits().size(); ++h) {
-      // A wait that timed out never saw its ops end: no arrow (it would point back in time).
-      if (!p_.host_waits()[h].finished) continue;
-      for (std::uint64_t id : p_.host_waits()[h].ops) {
-        if (std::size_t from = box_of(id); from != SIZE_MAX) arrow(s, from, host_wait_box_[h], true, "dep host");
-      }
-    }
-    for (std::size_t c = 0; c < p_.callbacks().size(); ++c) {
-      const ProfiledCallback& cb = p_.callbacks()[c];
-      const ProfiledRecord* last = nullptr;
-      for (const ProfiledRecord& r : p_.records()) {
-        if (r.event == cb.event && r.op != 0 && r.at_us <= cb.start_us) last = &r;
-      }
-      if (!last) continue;
-      if (std::size_t from = box_of(last->op); from != SIZE_MAX) arrow(s, from, callback_box_[c], false, "dep host");
     }
     s += "</g>\n";
   }
