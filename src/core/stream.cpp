@@ -169,7 +169,8 @@ bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadl
 }
 
 void execute_work(Work& work, const Ref<Parker>& parker, const std::atomic<bool>& stop) noexcept {
-  const std::int64_t reached = work.timed() ? 0 : host_now_ns();
+  // When the stream reached a wait: only the profiler draws it (see below).
+  const std::int64_t reached = !work.timed() && profiling() ? host_now_ns() : 0;
   // Dependencies on other timelines (same-timeline ones are done: streams run in order).
   for (const Dep& dep : work.deps()) {
     Timeline& t = dep.work->timeline();
@@ -189,10 +190,10 @@ void execute_work(Work& work, const Ref<Parker>& parker, const std::atomic<bool>
   }
   std::int64_t start = host_now_ns();
   std::int64_t end = start;
-  // A wait has no device time of its own; its times say how long it held the stream: from
-  // when the stream reached it to when what it waited for had finished (the profiler draws
-  // that). Ops are timed from when their dependencies had finished.
-  if (!work.timed()) start = reached;
+  // A wait has no device time of its own; under the profiler its times say how long it held
+  // the stream: from when the stream reached it to when what it waited for had finished.
+  // Ops are timed from when their dependencies had finished.
+  if (reached != 0) start = reached;
   if (!work.error() && work.body()) {
     set_running_work(&work);
     try {
