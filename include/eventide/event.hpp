@@ -11,10 +11,12 @@
 //
 // * A new event is EMPTY: `completed()` is false, and waiting on it is a StateError (it
 //   would never finish).
-// * `record` ties the event to device work: the op that produced a tensor, or everything
-//   enqueued so far on a stream. Records accumulate: the event finishes when all the work
-//   tied since the last `reset` has finished. Recording more work on a FINISHED event makes
-//   it PENDING again.
+// * `record` ties the event to device work: the op that produced a tensor, or a *marker* at
+//   the current end of a stream, which finishes when the device reaches it (after everything
+//   enqueued there before it, on a GPU by any code: eventide, PyTorch, your own kernels) and
+//   carries the device time at which it was reached. Records accumulate: the event finishes
+//   when all the work tied since the last `reset` has finished. Recording more work on a
+//   FINISHED event makes it PENDING again.
 // * FAILED is FINISHED with an error: some tied work threw, or was skipped because its
 //   inputs failed. `wait` rethrows that error; `error()` returns it.
 // * `reset` returns to EMPTY; on a PENDING event it is a StateError.
@@ -80,9 +82,12 @@ class Event {
   // Ties the event to the op that produced (last wrote) `tensor`; that op may already be
   // done. Never blocks. Throws InvalidArgument for an undefined tensor or a device mismatch.
   void record(const Tensor& tensor);
-  // Ties the event to all work enqueued so far on `stream`: to its last op, which also
-  // finishes after every earlier one. On a stream with no work, the event is FINISHED at once
-  // and time_elapsed() is 0.
+  // Places a marker at the current end of `stream` and ties the event to it: it finishes
+  // when the device reaches the marker, so it covers all work enqueued there before it (on a
+  // GPU also the work other code launched on the native stream), and its time is the device
+  // time at which it was reached. Works on every stream: new, busy, drained, or wrapping
+  // another library's (Stream::from_native). Never blocks. Throws InvalidArgument for an event
+  // of another device, StateError after the runtime has shut down.
   void record(const Stream& stream);
   // record(Stream::current(device)), device being the event's, else the default device.
   void record();
@@ -110,12 +115,17 @@ class Event {
   std::optional<Device> device() const;
   bool timing_enabled() const noexcept;
 
-  // Device time from the start of the earliest tied op to the end of the latest.
+  // Device time from the start of the earliest tied work to the end of the latest. A marker
+  // counts as a point (its start and end are when the device reached it): an event that
+  // holds only markers reads the time between its earliest and latest one, 0 for one marker.
   // StateError if the event is not FINISHED or timing is disabled; rethrows the error of a
   // FAILED event.
   std::chrono::duration<double, std::micro> time_elapsed() const;
-  // Time from this event's completion to `end`'s (PyTorch's meaning; negative if `end`
-  // finished first). Both must be FINISHED, timed and on one device.
+  // Device time from this event's completion to `end`'s (PyTorch's meaning; negative if `end`
+  // finished first): between two markers, the time the device took from one to the other,
+  // never time the host spent before the first. Both must be FINISHED, timed and on one
+  // device; StateError for an event whose work has no device time (a tensor no op produced,
+  // or GPU work with EVENTIDE_CUDA_TIMING=off).
   std::chrono::duration<double, std::milli> elapsed_time(const Event& end) const;
 
   // The error of the tied work if the event FAILED, else null.

@@ -55,6 +55,7 @@ struct ProfiledOp {
   std::uint64_t seq = 0;    // its number on its stream ("matmul#7" in error messages)
   std::string detail;       // "f32[512, 512], f32[512, 512] -> f32[512, 512]"; "event 2" for a wait
   bool is_wait = false;     // a stream's wait on an event (no device time of its own)
+  bool is_marker = false;   // a marker (record(stream)): a point, start_us == end_us
   // False if it had not finished when the profile was taken (stop()'s time limit passed:
   // work held back by a UserEvent nobody set); it then has no times.
   bool finished = true;
@@ -69,8 +70,8 @@ struct ProfiledOp {
 struct ProfiledRecord {
   std::uint64_t event = 0;  // an id per event, unique within the profile
   std::string event_name;   // "<Event pending on cpu, 1 op>" at the time of the record
-  std::uint64_t op = 0;     // the op the record tied (0: none: an idle stream, or work from
-                            // before the profile)
+  std::uint64_t op = 0;     // the op or marker the record tied (0: none: a tensor no op
+                            // produced, or work from before the profile)
   double at_us = 0;         // when record() was called (host time)
 };
 

@@ -48,10 +48,17 @@ class Stream {
   // The stream ops of `device` use when no StreamGuard says otherwise; shared by all threads.
   static Stream default_stream(Device device = default_device());
   // A stream over a native stream someone else owns (on CUDA, a cudaStream_t: PyTorch's, or
-  // your own kernels'), so that events can be recorded on the work launched there and
-  // eventide's ops can run in its order. Never destroys it: keep it alive while the Stream
-  // (and work enqueued through it) is. InvalidArgument for the CPU or a null handle.
+  // your own kernels'): markers recorded on it (Event::record) cover the work launched
+  // there by any code, and eventide's ops run in its order. On CUDA, null and
+  // cudaStreamLegacy are the legacy default stream, cudaStreamPerThread the calling thread's
+  // per-thread default stream (usable from that thread only). Wrapping one native stream
+  // twice gives the same Stream while it lives. Never destroys it: keep it alive while the
+  // Stream (and work enqueued through it) is. InvalidArgument for the CPU, or if the native
+  // stream belongs to another device.
   static Stream from_native(Device device, void* native_stream);
+  // The same, on the device the native stream belongs to. InvalidArgument if no backend
+  // knows it.
+  static Stream from_native(void* native_stream);
 
   Device device() const;
   // The native stream (a cudaStream_t on CUDA), for launching your own device work in this
@@ -63,19 +70,26 @@ class Stream {
   std::string str() const;
 
   // Later work on this stream starts after `event` has finished. Never blocks. StateError if
-  // `event` is EMPTY (it would never finish). Works with UserEvents.
+  // `event` is EMPTY (it would never finish). Works with UserEvents. On a GPU, waiting for GPU
+  // work is done by the GPU; eventide's own work that waits for host-side work (a UserEvent,
+  // a CPU op) is held on the host and launched when it finishes (see GUARANTEES.md: work
+  // other code launches on the native stream meanwhile does not wait for it).
   void wait(const Event& event);
   // PyTorch's spelling of wait(event).
   void wait_event(const Event& event) { wait(event); }
-  // Later work on this stream starts after the work enqueued so far on `other`.
+  // Later work on this stream starts after the work enqueued so far on `other` (through a
+  // marker on `other`, so on a GPU the other code's work there too).
   void wait_stream(const Stream& other);
-  // A new event recorded on this stream (PyTorch's Stream.record_event).
+  // A new event with a marker at the current end of this stream (PyTorch's
+  // Stream.record_event).
   Event record_event(EventOptions options = {}) const;
 
-  // Non-blocking: true when all work enqueued so far has finished.
+  // Non-blocking: true when all work enqueued so far has finished (on a GPU, the other code's
+  // work on the native stream too).
   bool query() const;
-  // Blocks until all work enqueued so far has finished. Does not throw for failed ops (their
-  // events and tensors carry the errors).
+  // Blocks until all work enqueued so far has finished (on a GPU, the other code's work on
+  // the native stream too). Does not throw for failed ops (their events and tensors carry the
+  // errors); throws DeviceError if the device has failed.
   void synchronize() const;
   // Why the stream is broken (a wait on a failed event), else null.
   std::exception_ptr error() const;

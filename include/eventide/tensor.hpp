@@ -17,9 +17,11 @@
 #pragma once
 
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -54,6 +56,9 @@ class Tensor {
   bool ready() const;
   // Blocks until the producer has finished; rethrows its error.
   void wait() const;
+  // Like wait(), up to `timeout`: true if the producer has finished (rethrowing its error),
+  // false on timeout.
+  bool wait_for(std::chrono::nanoseconds timeout) const;
   // The producer's error once it has failed, else null.
   std::exception_ptr error() const;
 
@@ -97,6 +102,7 @@ class Tensor {
   const std::shared_ptr<detail::TensorState>& state() const noexcept { return state_; }
 
  private:
+  bool wait_until(const std::optional<std::chrono::steady_clock::time_point>& deadline) const;
   void copy_to_host(void* out, DType as) const;
   void check_element_type(DType as) const;
   void add_completion_callback_impl(detail::Callback fn) const;

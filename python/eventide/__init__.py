@@ -85,21 +85,25 @@ __all__ = [
 ]
 
 
+def _check_waitable(obj: Any, fn: str) -> None:
+    if not isinstance(obj, (Event, Tensor)) and not callable(getattr(obj, "wait", None)):
+        raise InvalidArgumentError(
+            f"{fn}: {obj!r} is neither an eventide event or tensor nor has a wait() method")
+
+
 def wait_all(events: Iterable[Any], timeout: Optional[float] = None) -> bool:
     """Block until every event has finished; raise the first failure (in list order).
 
-    ``events`` may also hold objects of your own with a ``wait()`` method (the seed's custom
-    event classes): those are waited on in turn, after the eventide events. Returns False if
-    ``timeout`` seconds passed first (user objects are given the time that is left, when their
-    ``wait`` takes a ``timeout``).
+    ``events`` may also hold tensors (their producing ops) and objects of your own with a
+    ``wait()`` method (custom event classes): those are waited on in turn, after the eventide
+    events. Returns False if ``timeout`` seconds passed first (user objects are given the time
+    that is left, when their ``wait`` takes a ``timeout``).
     """
     events = list(events)
-    ours = [e for e in events if isinstance(e, Event)]
-    theirs = [e for e in events if not isinstance(e, Event)]
-    for obj in theirs:
-        if not callable(getattr(obj, "wait", None)):
-            raise InvalidArgumentError(
-                f"wait_all: {obj!r} is neither an eventide event nor has a wait() method")
+    for obj in events:
+        _check_waitable(obj, "wait_all")
+    ours = [_as_event(e) for e in events if isinstance(e, (Event, Tensor))]
+    theirs = [e for e in events if not isinstance(e, (Event, Tensor))]
     import time
     start = time.monotonic()
     if ours and not _eventide._wait_all_events(ours, timeout):
@@ -118,13 +122,26 @@ def wait_all(events: Iterable[Any], timeout: Optional[float] = None) -> bool:
     return True
 
 
+def _as_event(obj: Any) -> Event:
+    """An eventide event, or an event tied to a tensor's producing op."""
+    if isinstance(obj, Tensor):
+        e = Event()
+        e.record(obj)
+        return e
+    return obj
+
+
 @_contextlib.contextmanager
-def stream(s: Optional[Stream]):
+def stream(s: Any):
     """``with ev.stream(s):`` makes ``s`` the current stream of its device in the block
-    (``None``: no change), like ``torch.cuda.stream``."""
+    (``None``: no change), like ``torch.cuda.stream``. ``s`` may also be another library's
+    CUDA stream (``torch.cuda.current_stream()``, a ``cupy.cuda.Stream``, any object with
+    ``__cuda_stream__``): eventide's ops in the block then run in that stream's order."""
     if s is None:
         yield None
         return
+    if not isinstance(s, Stream):
+        s = Stream(s)
     with s:
         yield s
 
@@ -246,29 +263,68 @@ def _event_await(self: Event):
     return _event_future(self).__await__()
 
 
+def _tensor_await(self: Tensor):
+    """``await tensor``: until the op that produced it has finished; raises its error."""
+    return _event_future(_as_event(self)).__await__()
+
+
 Event.__await__ = _event_await  # type: ignore[attr-defined]
+Tensor.__await__ = _tensor_await  # type: ignore[attr-defined]
 
 
-async def wait_all_async(events: Sequence[Event]) -> None:
-    """``await ev.wait_all_async([e1, e2])``: every event finished; raises the first failure."""
-    futures = [_event_future(e) for e in events]
+def _future_of(obj: Any, fn: str) -> "_asyncio.Future[Any]":
+    """A future of the running loop for anything wait_all accepts: an event or a tensor
+    (through a callback, never by polling), an awaitable, or an object with a ``wait()``
+    method (called on the loop's default executor, since it blocks)."""
+    if isinstance(obj, (Event, Tensor)):
+        return _event_future(_as_event(obj))
+    if hasattr(obj, "__await__"):
+        return _asyncio.ensure_future(obj)
+    _check_waitable(obj, fn)
+    return _asyncio.get_running_loop().run_in_executor(None, obj.wait)
+
+
+async def wait_all_async(events: Iterable[Any], timeout: Optional[float] = None) -> bool:
+    """``await ev.wait_all_async([e1, e2])``: True once every event has finished; raises a
+    failure as soon as one is seen (the first in list order among those seen together). Takes
+    what ``wait_all`` takes (events, tensors, objects with ``wait()``) and awaitables. False if
+    ``timeout`` seconds passed first."""
+    events = list(events)
+    for obj in events:
+        if not hasattr(obj, "__await__"):
+            _check_waitable(obj, "wait_all_async")
+    futures = [_future_of(e, "wait_all_async") for e in events]
     try:
-        await _asyncio.gather(*futures)
+        if futures:
+            # A failure ends the wait at once, as with asyncio.gather.
+            done, pending = await _asyncio.wait(futures, timeout=timeout,
+                                                return_when=_asyncio.FIRST_EXCEPTION)
+            for f in futures:
+                if f in done and f.exception() is not None:
+                    raise f.exception()
+            if pending:
+                return False
+        return True
     finally:
         for f in futures:
             f.cancel()
 
 
-async def wait_any_async(events: Sequence[Event], timeout: Optional[float] = None) -> Optional[int]:
+async def wait_any_async(events: Iterable[Any], timeout: Optional[float] = None) -> Optional[int]:
     """``await ev.wait_any_async([e1, e2])``: the index of the first event to finish (the
-    lowest among those already finished), or None after ``timeout`` seconds."""
+    lowest among those already finished), or None after ``timeout`` seconds. Takes what
+    ``wait_all`` takes (events, tensors, objects with ``wait()``) and awaitables."""
     events = list(events)
     if not events:
         raise InvalidArgumentError("wait_any_async: the list of events is empty")
     for i, e in enumerate(events):
-        if e.poll():
+        if isinstance(e, Event) and e.poll():
             return i
-    futures = [_event_future(e) for e in events]
+        if isinstance(e, Tensor) and e.ready:
+            return i
+        if not isinstance(e, (Event, Tensor)) and not hasattr(e, "__await__"):
+            _check_waitable(e, "wait_any_async")
+    futures = [_future_of(e, "wait_any_async") for e in events]
     try:
         done, _ = await _asyncio.wait(futures, timeout=timeout,
                                       return_when=_asyncio.FIRST_COMPLETED)

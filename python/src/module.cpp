@@ -140,25 +140,36 @@ bool wait_event(const Event& e, const py::object& timeout) {
   return done;
 }
 
-void wait_tensor(const Tensor& t) {
-  auto producer = t.state()->producer();
-  if (!producer) return;
-  wait_interruptible([&] { return producer->done(); },
-                     [&](nanoseconds slice) {
-                       return detail::wait_for_fence(producer->timeline(), producer->seq(),
-                                                     detail::deadline_after(slice));
-                     },
-                     std::nullopt);
-  if (producer->error()) std::rethrow_exception(producer->error());
+// Tensor.wait(timeout): true once the producer has finished (raising its error), false on
+// timeout.
+bool wait_tensor_for(const Tensor& t, std::optional<double> timeout) {
+  if (!wait_interruptible([&] { return t.ready(); },
+                          [&](nanoseconds slice) { return t.wait_for(slice); }, timeout)) {
+    return false;
+  }
+  if (auto e = t.error()) std::rethrow_exception(e);
+  return true;
 }
 
+void wait_tensor(const Tensor& t) { (void)wait_tensor_for(t, std::nullopt); }
+
+// Stream.synchronize(), ev.synchronize(): every stream's sync point (a marker on a GPU
+// stream, placed once), waited for in slices; then a failed device raises.
 void synchronize_streams(const std::vector<std::shared_ptr<detail::StreamState>>& streams) {
-  for (const auto& s : streams) {
-    wait_interruptible([&] { return s->query(); },
+  std::vector<std::uint64_t> points;
+  points.reserve(streams.size());
+  for (const auto& s : streams) points.push_back(s->sync_point());
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    detail::Timeline& timeline = streams[i]->timeline();
+    const std::uint64_t point = points[i];
+    wait_interruptible([&] { return timeline.passed(point); },
                        [&](nanoseconds slice) {
-                         return s->synchronize_until(detail::deadline_after(slice));
+                         return detail::wait_for_fence(timeline, point, detail::deadline_after(slice));
                        },
                        std::nullopt);
+  }
+  for (const auto& s : streams) {
+    if (auto e = s->device_error()) std::rethrow_exception(e);
   }
 }
 
@@ -238,31 +249,68 @@ py::object wait_any_events(const py::sequence& seq, const py::object& timeout) {
 // --- Foreign streams ---------------------------------------------------------------------------
 
 // A DLPack / CUDA stream number: 1 is the legacy default stream, 2 the per-thread one, others
-// a cudaStream_t.
-void* native_from_number(std::intptr_t n) {
-  if (n == 1) return reinterpret_cast<void*>(std::intptr_t{0x1});  // cudaStreamLegacy
-  if (n == 2) return reinterpret_cast<void*>(std::intptr_t{0x2});  // cudaStreamPerThread
-  return reinterpret_cast<void*>(n);
+// a cudaStream_t (0 is the legacy default stream to the CUDA runtime too).
+void* native_from_number(std::intptr_t n) { return reinterpret_cast<void*>(n); }
+
+// An int from Python (int, or a ctypes pointer's .value), else nullopt.
+std::optional<std::intptr_t> as_handle(const py::handle& h) {
+  if (h.is_none()) return std::intptr_t{0};  // ctypes' NULL pointer: the legacy default stream
+  if (PyLong_Check(h.ptr())) return h.cast<std::intptr_t>();
+  if (py::hasattr(h, "value")) return as_handle(h.attr("value"));  // ctypes.c_void_p
+  return std::nullopt;
 }
 
-// A Stream over someone else's: torch.cuda.Stream (.cuda_stream, .device) or any object with
-// __cuda_stream__ (returns (version, handle)). nullopt for anything else.
-std::optional<Stream> foreign_stream(const py::object& obj) {
-  if (obj.is_none() || py::isinstance<py::str>(obj) || py::isinstance<Device>(obj)) return std::nullopt;
+// A Stream over another library's: any object with the CUDA stream protocol
+// (`__cuda_stream__()` -> (0, handle)), a torch.cuda.Stream (`cuda_stream`, `device`), a
+// cupy.cuda.Stream (`ptr`, `device_id`) or a numba stream (`handle`). nullopt for anything
+// else. The native stream's own device is used; one the object names must agree with it.
+std::optional<Stream> foreign_stream(const py::handle& obj) {
+  if (obj.is_none() || py::isinstance<py::str>(obj) || py::isinstance<Device>(obj) ||
+      py::isinstance<Stream>(obj) || PyLong_Check(obj.ptr())) {
+    return std::nullopt;
+  }
+  const std::string module = py::str(py::type::handle_of(obj).attr("__module__")).cast<std::string>();
   std::optional<std::intptr_t> handle;
+  std::optional<Device> device;
   if (py::hasattr(obj, "__cuda_stream__")) {
     py::object v = obj.attr("__cuda_stream__");
     if (PyCallable_Check(v.ptr())) v = v();
-    handle = v.cast<py::tuple>()[1].cast<std::intptr_t>();
-  } else if (py::hasattr(obj, "cuda_stream")) {
-    handle = obj.attr("cuda_stream").cast<std::intptr_t>();
+    if (!py::isinstance<py::tuple>(v) || py::len(v) != 2 || !PyLong_Check(v[py::int_(1)].ptr())) {
+      throw py::type_error("__cuda_stream__ of " + py::repr(obj).cast<std::string>() +
+                           " did not return (version, handle)");
+    }
+    const int version = v[py::int_(0)].cast<int>();
+    if (version != 0) {
+      throw InvalidArgument("__cuda_stream__ of " + py::repr(obj).cast<std::string>() +
+                            " is version " + std::to_string(version) + "; eventide reads version 0");
+    }
+    handle = v[py::int_(1)].cast<std::intptr_t>();
+  } else if (py::hasattr(obj, "cuda_stream")) {  // torch.cuda.Stream, torch.cuda.ExternalStream
+    handle = as_handle(obj.attr("cuda_stream"));
+  } else if (module.rfind("cupy", 0) == 0 && py::hasattr(obj, "ptr")) {
+    handle = as_handle(obj.attr("ptr"));
+    if (py::hasattr(obj, "device_id")) {
+      const int id = obj.attr("device_id").cast<int>();
+      if (id >= 0) device = Device::cuda(id);  // -1: the null and per-thread singletons
+    }
+  } else if (module.rfind("numba", 0) == 0 && py::hasattr(obj, "handle")) {
+    handle = as_handle(obj.attr("handle"));
   }
   if (!handle) return std::nullopt;
-  Device device = Device::cuda(0);
-  if (py::hasattr(obj, "device")) {
-    if (auto d = to_device(obj.attr("device"))) device = *d;
+  if (!device && py::hasattr(obj, "device") && !module.empty() && module.rfind("torch", 0) == 0) {
+    device = to_device(obj.attr("device"));
   }
-  return Stream::from_native(device, native_from_number(*handle));
+  void* native = native_from_number(*handle);
+  return device ? Stream::from_native(*device, native) : Stream::from_native(native);
+}
+
+// An eventide Stream, or another library's stream (see foreign_stream); TypeError otherwise.
+Stream as_stream(const py::handle& obj, const char* where) {
+  if (py::isinstance<Stream>(obj)) return obj.cast<Stream>();
+  if (auto s = foreign_stream(obj)) return *s;
+  throw py::type_error(std::string(where) + ": expected an eventide Stream or a CUDA stream of "
+                       "another library (torch.cuda.Stream, cupy.cuda.Stream, an object with "
+                       "__cuda_stream__), got " + py::repr(obj).cast<std::string>());
 }
 
 // --- Streams as context managers -----------------------------------------------------------
@@ -596,6 +644,11 @@ py::capsule export_dlpack(const Tensor& t, bool versioned) {
 
 py::capsule dlpack_method(const Tensor& t, const py::object& stream, const py::object& max_version,
                           const py::object& dl_device_obj, const py::object& copy) {
+  // The array API standard: the stream is an int or None, anything else is a TypeError.
+  if (!stream.is_none() && (!PyLong_Check(stream.ptr()) || PyBool_Check(stream.ptr()))) {
+    throw py::type_error("__dlpack__: stream must be an int or None, got " +
+                         py::repr(stream).cast<std::string>());
+  }
   const auto& s = *t.state();
   if (!dl_device_obj.is_none()) {
     auto want = dl_device_obj.cast<std::pair<int, int>>();
@@ -880,6 +933,7 @@ py::list ops_list(const Profile& p) {
   for (const ProfiledOp& op : p.ops()) {
     py::dict d("id"_a = op.id, "name"_a = op.name, "stream"_a = op.stream, "device"_a = op.device,
                "seq"_a = op.seq, "detail"_a = op.detail, "is_wait"_a = op.is_wait,
+               "is_marker"_a = op.is_marker,
                "finished"_a = op.finished, "start_us"_a = optional_float(op.start_us),
                "end_us"_a = optional_float(op.end_us));
     d["duration_us"] = op.start_us && op.end_us ? py::object(py::float_(*op.end_us - *op.start_us))
@@ -978,13 +1032,21 @@ PYBIND11_MODULE(_eventide, m) {
              return Event(to_device(device), EventOptions{enable_timing});
            }),
            "device"_a = py::none(), "enable_timing"_a = true)
-      .def("record", [](Event& e, const Tensor& t) { e.record(t); }, "tensor"_a,
-           "Tie the event to the op that produced `tensor`.")
-      .def("record", [](Event& e, const Stream& s) { e.record(s); }, "stream"_a,
-           "Tie the event to all work enqueued so far on `stream`.")
-      .def("record", [](Event& e, const py::none&) { sync_current_streams(); e.record(); },
-           "stream"_a = py::none(),
-           "Tie the event to all work enqueued so far on the current stream.")
+      .def("record",
+           [](Event& e, const py::object& obj) {
+             if (obj.is_none()) {
+               sync_current_streams();
+               e.record();
+             } else if (py::isinstance<Tensor>(obj)) {
+               e.record(obj.cast<const Tensor&>());
+             } else {
+               e.record(as_stream(obj, "Event.record"));
+             }
+           },
+           "obj"_a = py::none(),
+           "record(obj=None): tie the event to the op that produced a tensor, or place a marker "
+           "at the current end of a stream (an eventide Stream or another library's, e.g. "
+           "torch.cuda.current_stream()); None: the current stream.")
       .def("wait", &wait_event, "timeout"_a = py::none(),
            "Block until finished (True) or `timeout` seconds pass (False). Raises the error of "
            "failed work, EventStateError if the event is empty.")
@@ -1030,6 +1092,7 @@ PYBIND11_MODULE(_eventide, m) {
   // --- Streams ---
   py::class_<Stream>(m, "Stream", "An in-order queue of device work.")
       .def(py::init([](const py::object& device) {
+             if (py::isinstance<Stream>(device)) return device.cast<Stream>();
              if (auto native = foreign_stream(device)) return *native;
              return Stream(device_or_default(device));
            }),
@@ -1037,19 +1100,51 @@ PYBIND11_MODULE(_eventide, m) {
            "Stream(device=None): a new stream; Stream(torch_stream) or Stream(obj with "
            "__cuda_stream__): one over that stream (not owned)")
       .def_static("from_native",
-                  [](const py::object& device, std::uintptr_t handle) {
-                    return Stream::from_native(device_or_default(device), reinterpret_cast<void*>(handle));
+                  [](const py::object& a, const py::object& b) {
+                    // from_native(handle) or from_native(device, handle): the device is the
+                    // native stream's own unless given.
+                    const py::object& handle_obj = b.is_none() ? a : b;
+                    auto handle = as_handle(handle_obj);
+                    if (!handle || py::isinstance<py::bool_>(handle_obj)) {
+                      throw py::type_error("Stream.from_native: the handle must be an int (a "
+                                           "cudaStream_t), got " + py::repr(handle_obj).cast<std::string>());
+                    }
+                    void* native = native_from_number(*handle);
+                    return b.is_none() ? Stream::from_native(native)
+                                       : Stream::from_native(device_or_default(a), native);
                   },
-                  "device"_a, "handle"_a, "A stream over a native cudaStream_t (an int), not owned.")
+                  "device_or_handle"_a, "handle"_a = py::none(),
+                  "from_native(handle) or from_native(device, handle): a stream over a native "
+                  "cudaStream_t (an int; 0 or 1: the legacy default stream, 2: the calling "
+                  "thread's per-thread default stream), not owned.")
       .def_property_readonly("native_handle", [](const Stream& s) {
         return reinterpret_cast<std::uintptr_t>(s.native_handle());
       })
+      .def_property_readonly("__cuda_stream__", [](const Stream& s) -> py::object {
+        // The CUDA stream protocol, for the libraries that take streams through it. A cpu
+        // stream has none: the attribute is missing (hasattr() is False).
+        if (!s.native_handle()) {
+          throw py::attribute_error(s.str() + " has no CUDA stream (__cuda_stream__)");
+        }
+        const auto handle = reinterpret_cast<std::uintptr_t>(s.native_handle());
+        return py::cpp_function([handle] { return py::make_tuple(0, handle); });
+      })
       .def_property_readonly("device", &Stream::device)
       .def_property_readonly("id", &Stream::id)
-      .def("wait", [](Stream& s, const Event& e) { s.wait(e); }, "event"_a)
-      .def("wait", [](Stream& s, const Stream& other) { s.wait_stream(other); }, "stream"_a)
+      .def("wait",
+           [](Stream& s, const py::object& what) {
+             if (py::isinstance<Event>(what)) {
+               s.wait(what.cast<const Event&>());
+             } else {
+               s.wait_stream(as_stream(what, "Stream.wait"));
+             }
+           },
+           "event_or_stream"_a,
+           "Later work on this stream waits for an event, or for all work so far on a stream.")
       .def("wait_event", &Stream::wait_event, "event"_a)
-      .def("wait_stream", &Stream::wait_stream, "stream"_a)
+      .def("wait_stream",
+           [](Stream& s, const py::object& other) { s.wait_stream(as_stream(other, "Stream.wait_stream")); },
+           "stream"_a)
       .def("record_event",
            [](const Stream& s, const py::object& event) -> py::object {
              if (event.is_none()) return py::cast(s.record_event());
@@ -1100,7 +1195,13 @@ PYBIND11_MODULE(_eventide, m) {
         if (t.dim() == 0) throw py::type_error("len() of a 0-d tensor");
         return t.shape()[0];
       })
-      .def("wait", &wait_tensor, "Block until the producing op has finished; raise its error.")
+      .def("wait",
+           [](const Tensor& t, const py::object& timeout) {
+             return wait_tensor_for(t, parse_timeout(timeout));
+           },
+           "timeout"_a = py::none(),
+           "wait(timeout=None) -> bool: block until the producing op has finished (True; raises "
+           "its error) or `timeout` seconds pass (False).")
       .def("add_completion_callback",
            [](const Tensor& t, const py::object& fn) {
              t.add_completion_callback(to_callback(fn, "add_completion_callback"));
@@ -1201,7 +1302,7 @@ PYBIND11_MODULE(_eventide, m) {
                       "What a profiler recorded: ops, event records, host waits, callbacks. Times "
                       "are microseconds from the profile's start, on the host's clock.")
       .def_property_readonly("ops", &ops_list,
-                             "One dict per op: id, name, stream, device, seq, detail, is_wait, "
+                             "One dict per op: id, name, stream, device, seq, detail, is_wait, is_marker, "
                              "finished, start_us, end_us, duration_us, error, waits_for.")
       .def_property_readonly("records", &records_list, "One dict per event record: event, event_name, op, at_us.")
       .def_property_readonly("host_waits", &host_waits_list,

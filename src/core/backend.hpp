@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,9 +32,13 @@ class DeviceBackend {
   virtual DeviceInfo info() const = 0;
   // A new stream. Cheap: no thread or native object needs to exist before its first op.
   virtual std::shared_ptr<StreamState> create_stream(std::uint64_t id) = 0;
-  // A stream over a native one owned by someone else (a cudaStream_t). InvalidArgument where
-  // the device has none.
-  virtual std::shared_ptr<StreamState> wrap_stream(std::uint64_t id, void* native) = 0;
+  // A stream over a native one owned by someone else (a cudaStream_t): the same one for the
+  // same native stream while it lives. `make_id` gives a new stream's id. InvalidArgument
+  // where the device has none, or if the native stream is another device's.
+  virtual std::shared_ptr<StreamState> wrap_stream(void* native,
+                                                   const std::function<std::uint64_t()>& make_id) = 0;
+  // Whether `native` is a native stream of this device (Stream::from_native without a device).
+  virtual bool owns_native_stream(void* native) const { (void)native; return false; }
   // `bytes` of device memory for an op about to be enqueued on `stream` (stream-ordered
   // where the device has that), freed when the last reference goes. DeviceError if it cannot.
   virtual Ref<Storage> allocate(std::size_t bytes, StreamState& stream) = 0;

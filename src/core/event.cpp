@@ -37,7 +37,7 @@ std::shared_ptr<EventState> EventState::make_user(std::optional<Device> device,
   auto state = std::make_shared<EventState>(device, options);
   auto user = std::make_unique<UserPart>();
   user->timeline = make_ref<Timeline>("user event " + std::to_string(next_user_event_id++));
-  user->current = make_ref<Work>(user->timeline, "set", /*timed=*/false);
+  user->current = make_ref<Work>(user->timeline, "set", WorkKind::host);
   user->current->set_seq(1);
   state->pending_.push_back(user->current);
   state->records_ = 1;
@@ -156,42 +156,44 @@ void EventState::on_armed_fence_passed() noexcept {
   run(actions);
 }
 
-void EventState::record(Ref<Work> work, std::optional<Device> device, Ref<Work> also) {
+void EventState::record(Ref<Work> work, std::optional<Device> device) {
   if (profiling()) [[unlikely]] {
-    record_profiled(std::move(work), device, std::move(also));
+    record_profiled(std::move(work), device);
     return;
   }
-  record_work(std::move(work), device, std::move(also));
+  record_work(std::move(work), device);
 }
 
-void EventState::record_profiled(Ref<Work> work, std::optional<Device> device, Ref<Work> also) {
-  // The op the event reports on: the last op, not a wait after it.
-  Ref<Work> op = also ? also : work;
+void EventState::record_profiled(Ref<Work> work, std::optional<Device> device) {
+  Ref<Work> op = work;
   const std::int64_t at = host_now_ns();
-  record_work(std::move(work), device, std::move(also));
+  record_work(std::move(work), device);
   ProfilerState::on_record(profile_id(), str(), op, at);
 }
 
-void EventState::record_work(Ref<Work> work, std::optional<Device> device, Ref<Work> also) {
+void EventState::throw_device_mismatch(Device device, const std::string& what) const {
+  throw InvalidArgument("cannot record " + what + " of " + device.str() + " on an event of " +
+                        device_->str() + ": use one event per device");
+}
+
+void EventState::check_device(Device device, const StreamState& stream) {
+  std::lock_guard lock(mu_);
+  check_device_locked(device, [&] { return "a marker on " + stream.name(); });
+}
+
+void EventState::record_work(Ref<Work> work, std::optional<Device> device) {
   Actions actions;
   {
     std::lock_guard lock(mu_);
     if (device) {
-      if (device_ && *device_ != *device) {
-        throw InvalidArgument("cannot record work of " + device->str() + " (" +
-                              work->describe() + ") on an event of " + device_->str() +
-                              ": use one event per device");
-      }
+      check_device_locked(*device, [&] { return "work (" + work->describe() + ")"; });
       device_ = device;
     }
     ++records_;
-    for (Ref<Work>* w : {&also, &work}) {
-      if (!*w) continue;
-      if ((*w)->done()) {
-        fold_locked(*w);
-      } else {
-        pending_.push_back(std::move(*w));
-      }
+    if (work->done()) {
+      fold_locked(work);
+    } else {
+      pending_.push_back(std::move(work));
     }
     if (!pending_.empty()) {
       status_.store(EventStatus::pending, std::memory_order_release);
@@ -206,10 +208,7 @@ void EventState::record_work(Ref<Work> work, std::optional<Device> device, Ref<W
 void EventState::record_nothing(Device device) {
   {
     std::lock_guard lock(mu_);
-    if (device_ && *device_ != device) {
-      throw InvalidArgument("cannot record a stream of " + device.str() + " on an event of " +
-                            device_->str() + ": use one event per device");
-    }
+    check_device_locked(device, [] { return std::string("a tensor"); });
     device_ = device;
     if (status_.load(std::memory_order_relaxed) == EventStatus::empty) {
       status_.store(EventStatus::finished, std::memory_order_release);
@@ -358,7 +357,7 @@ void EventState::reset() {
                          " while it is pending: set() or fail() it first");
       }
       clear_locked();
-      auto next = make_ref<Work>(user_->timeline, "set", /*timed=*/false);
+      auto next = make_ref<Work>(user_->timeline, "set", WorkKind::host);
       next->set_seq(user_->current->seq() + 1);
       user_->current = next;
       pending_.push_back(std::move(next));
@@ -543,13 +542,9 @@ void Event::record(const Tensor& tensor) {
 }
 
 void Event::record(const Stream& stream) {
-  const auto& s = *stream.state();
-  auto [last, op] = s.tie_points();
-  if (!last) {
-    state_->record_nothing(s.device());
-    return;
-  }
-  state_->record(std::move(last), s.device(), std::move(op));
+  auto& s = *stream.state();
+  state_->check_device(s.device(), s);
+  state_->record(s.mark(), s.device());
 }
 
 void Event::record() {

@@ -32,17 +32,22 @@
 
 namespace eventide::detail {
 
+class StreamState;
+
 class EventState : public std::enable_shared_from_this<EventState> {
  public:
   EventState(std::optional<Device> device, EventOptions options);
   // A UserEvent: PENDING from the start, on its own host timeline.
   static std::shared_ptr<EventState> make_user(std::optional<Device> device, EventOptions options);
 
-  // Ties the event to `work` (and `also`, if given, in the same record), of `device` (nullopt
-  // for host work). InvalidArgument if the event belongs to another device.
-  void record(Ref<Work> work, std::optional<Device> device, Ref<Work> also = nullptr);
-  // Ties the event to nothing on `device` (record of an idle stream): finishes it if empty.
+  // Ties the event to `work`, of `device` (nullopt for host work). InvalidArgument if the
+  // event belongs to another device.
+  void record(Ref<Work> work, std::optional<Device> device);
+  // Ties the event to nothing on `device` (a tensor no op produced): finishes it if empty.
   void record_nothing(Device device);
+  // InvalidArgument if work of `device` cannot be recorded on this event (it belongs to
+  // another device): checked before a marker is placed on `stream` for it.
+  void check_device(Device device, const StreamState& stream);
 
   bool poll() noexcept;
   EventStatus status() noexcept;
@@ -114,9 +119,15 @@ class EventState : public std::enable_shared_from_this<EventState> {
   void run(Actions& actions) noexcept;
   void user_finish(std::exception_ptr error, bool is_set);
   // record() without the profiler, and with it (kept out of the hot path).
-  void record_work(Ref<Work> work, std::optional<Device> device, Ref<Work> also);
-  [[gnu::cold, gnu::noinline]] void record_profiled(Ref<Work> work, std::optional<Device> device,
-                                                    Ref<Work> also);
+  void record_work(Ref<Work> work, std::optional<Device> device);
+  [[gnu::cold, gnu::noinline]] void record_profiled(Ref<Work> work, std::optional<Device> device);
+  // InvalidArgument unless this event may hold work of `device`; `what()` names the work
+  // (only called to build the message). Under mu_.
+  template <class What>
+  void check_device_locked(Device device, const What& what) const {
+    if (device_ && *device_ != device) [[unlikely]] throw_device_mismatch(device, what());
+  }
+  [[noreturn]] void throw_device_mismatch(Device device, const std::string& what) const;
   // wait_until once the event was found pending.
   bool wait_pending(const Deadline& deadline, std::uint64_t finished_before);
   bool finished_locked() const noexcept {

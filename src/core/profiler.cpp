@@ -312,6 +312,7 @@ Profile ProfilerState::stop(std::chrono::nanoseconds timeout) {
     op.seq = w.seq();
     op.detail = e.is_wait ? "event " + std::to_string(event_id(e.event)) : std::move(e.detail);
     op.is_wait = e.is_wait;
+    op.is_marker = w.is_marker();
     op.finished = finished[i];
     op.waits_for = std::move(e.waits_for);
     if (finished[i]) {

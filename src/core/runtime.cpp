@@ -29,8 +29,14 @@ std::shared_ptr<StreamState> DeviceContext::create_stream(std::uint64_t id) {
   return stream;
 }
 
-std::shared_ptr<StreamState> DeviceContext::wrap_stream(std::uint64_t id, void* native) {
-  auto stream = backend_->wrap_stream(id, native);
+std::shared_ptr<StreamState> DeviceContext::wrap_stream(void* native,
+                                                        const std::function<std::uint64_t()>& make_id) {
+  bool made = false;
+  auto stream = backend_->wrap_stream(native, [&] {
+    made = true;
+    return make_id();
+  });
+  if (!made) return stream;  // a wrapper that lives already, tracked since it was made
   std::lock_guard lock(mu_);
   std::erase_if(streams_, [](const std::weak_ptr<StreamState>& w) { return w.expired(); });
   streams_.push_back(stream);
@@ -164,7 +170,16 @@ std::shared_ptr<StreamState> Runtime::create_stream(Device device) {
 std::shared_ptr<StreamState> Runtime::wrap_stream(Device device, void* native) {
   check_running();
   DeviceContext& c = context(device);
-  return c.wrap_stream(next_stream_id_.fetch_add(1, std::memory_order_relaxed) + 1, native);
+  return c.wrap_stream(native, [this] { return next_stream_id_.fetch_add(1, std::memory_order_relaxed) + 1; });
+}
+
+Device Runtime::native_stream_device(void* native) {
+  for (auto& c : contexts_) {
+    if (c->backend().owns_native_stream(native)) return c->device();
+  }
+  throw InvalidArgument("Stream::from_native: no device of this process knows the native stream " +
+                        std::to_string(reinterpret_cast<std::uintptr_t>(native)) +
+                        (find(Device::cuda(0)) ? "" : " (no CUDA device is available)"));
 }
 
 std::shared_ptr<StreamState> Runtime::current_stream(Device device) {
@@ -221,7 +236,13 @@ void synchronize() {
 
 void synchronize(Device device) {
   auto streams = detail::Runtime::get().context(device).live_streams();
-  for (auto& s : streams) s->synchronize_until(std::nullopt);
+  // Every stream's sync point first (a marker on a GPU stream), then the waits.
+  std::vector<std::uint64_t> points;
+  points.reserve(streams.size());
+  for (auto& s : streams) points.push_back(s->sync_point());
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    detail::wait_for_fence(streams[i]->timeline(), points[i], std::nullopt);
+  }
   for (auto& s : streams) {
     if (auto e = s->device_error()) std::rethrow_exception(e);
   }

@@ -34,7 +34,9 @@ class DeviceContext {
   // The stream ops use when no StreamGuard says otherwise (created at first use).
   std::shared_ptr<StreamState> default_stream();
   std::shared_ptr<StreamState> create_stream(std::uint64_t id);
-  std::shared_ptr<StreamState> wrap_stream(std::uint64_t id, void* native);
+  // The backend's stream over `native` (see DeviceBackend::wrap_stream), tracked like the
+  // others.
+  std::shared_ptr<StreamState> wrap_stream(void* native, const std::function<std::uint64_t()>& make_id);
   // Every stream of the device still alive (held by a handle or by pending work).
   std::vector<std::shared_ptr<StreamState>> live_streams();
 
@@ -76,6 +78,8 @@ class Runtime {
 
   std::shared_ptr<StreamState> create_stream(Device device);
   std::shared_ptr<StreamState> wrap_stream(Device device, void* native);
+  // The device whose backend knows the native stream `native`; InvalidArgument if none does.
+  Device native_stream_device(void* native);
   std::shared_ptr<StreamState> current_stream(Device device);
 
   void shutdown() noexcept;

@@ -39,16 +39,22 @@ StreamState::StreamState(Device device, std::uint64_t id, Ref<Timeline> timeline
 
 StreamState::~StreamState() = default;
 
-void StreamState::submit_locked(const Ref<Work>& work) noexcept {
-  last_work_ = work;
-  if (work->timed()) last_op_ = work;
-  submit(work);
+const Ref<Work>& StreamState::current_gate() noexcept {
+  // A successful gate orders nothing any more: drop it so later work need not check it.
+  if (gate_ && gate_->done() && !gate_->error()) gate_ = nullptr;
+  return gate_;
+}
+
+void StreamState::submit_locked(Ref<Work> work) noexcept {
+  last_ = work;
+  submit(std::move(work));
 }
 
 Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> reads,
-                              std::span<TensorState* const> writes, Callback body, bool timed) {
+                              std::span<TensorState* const> writes, Callback body) {
   Runtime::get().check_running();
-  auto work = make_ref<Work>(timeline_, std::move(name), timed);
+  check_submit();
+  auto work = make_ref<Work>(timeline_, std::move(name), WorkKind::op);
   work->body() = std::move(body);
   Work::Deps& deps = work->deps();
   deps.reserve(reads.size() + writes.size() + 1);
@@ -57,9 +63,7 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   // The number comes first: once the hazards below publish the work, other threads may
   // test it for completion.
   work->set_seq(++enqueued_);
-  // A successful gate orders nothing any more: drop it so later ops need not check it.
-  if (gate_ && gate_->done() && !gate_->error()) gate_ = nullptr;
-  if (gate_) deps.push_back(Dep{gate_, DepKind::gate});
+  if (const Ref<Work>& gate = current_gate()) deps.push_back(Dep{gate, DepKind::gate});
   try {
     for (TensorState* t : reads) t->use_for_read(work, deps);
     for (TensorState* t : writes) t->use_for_write(work, deps);
@@ -79,6 +83,22 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   return work;
 }
 
+Ref<Work> StreamState::mark() {
+  Runtime::get().check_running();
+  check_submit();
+  auto work = make_ref<Work>(timeline_, "marker", WorkKind::marker);
+  std::lock_guard lock(submit_mu_);
+  work->set_seq(++enqueued_);
+  const Ref<Work>& gate = current_gate();
+  if (gate) work->deps().push_back(Dep{gate, DepKind::gate});
+  if (last_ && last_ != gate && !(last_->done() && !last_->error())) {
+    work->deps().push_back(Dep{last_, DepKind::previous});
+  }
+  if (profiling()) [[unlikely]] ProfilerState::on_launch(*this, work, "marker");
+  submit_locked(work);
+  return work;
+}
+
 void StreamState::wait(EventState& event) {
   Runtime::get().check_running();
   EventState::Snapshot snap = event.snapshot();
@@ -86,14 +106,18 @@ void StreamState::wait(EventState& event) {
     throw StateError(name() + ": cannot wait on an empty event (" + event.str() +
                      "): it would never finish");
   }
-  auto work = make_ref<Work>(timeline_, "wait", /*timed=*/false);
+  // Finished without error: there is nothing to order after. (A failed event still makes a
+  // wait, which fails in order and breaks the stream.)
+  if (snap.pending.empty() && !snap.error) return;
+  check_submit();
+  auto work = make_ref<Work>(timeline_, "wait", WorkKind::wait);
   Work::Deps& deps = work->deps();
   deps.reserve(snap.pending.size() + 1);
   for (Ref<Work>& w : snap.pending) deps.push_back(Dep{std::move(w), DepKind::waited});
 
   std::lock_guard lock(submit_mu_);
   work->set_seq(++enqueued_);
-  if (gate_) deps.push_back(Dep{gate_, DepKind::gate});
+  if (const Ref<Work>& gate = current_gate()) deps.push_back(Dep{gate, DepKind::gate});
   if (snap.error) {
     // Already failed: the wait fails in order, when the stream reaches it.
     std::string what = name() + ": waits on an event that failed: " +
@@ -105,32 +129,23 @@ void StreamState::wait(EventState& event) {
   submit_locked(work);
 }
 
-Ref<Work> StreamState::last_work() const {
-  std::lock_guard lock(submit_mu_);
-  return last_work_;
-}
-
-std::pair<Ref<Work>, Ref<Work>> StreamState::tie_points() const {
-  std::lock_guard lock(submit_mu_);
-  return {last_work_, last_op_ == last_work_ ? nullptr : last_op_};
-}
-
 bool StreamState::query() const {
   std::uint64_t target;
   {
     std::lock_guard lock(submit_mu_);
     target = enqueued_;
   }
-  return timeline_->passed(target);
+  return timeline_->passed(target) && native_idle();
 }
 
-bool StreamState::synchronize_until(const Deadline& deadline) const {
-  std::uint64_t target;
-  {
-    std::lock_guard lock(submit_mu_);
-    target = enqueued_;
-  }
-  return wait_for_fence(*timeline_, target, deadline);
+std::uint64_t StreamState::sync_point() {
+  if (native_handle()) return mark()->seq();
+  std::lock_guard lock(submit_mu_);
+  return enqueued_;
+}
+
+bool StreamState::synchronize_until(const Deadline& deadline) {
+  return wait_for_fence(*timeline_, sync_point(), deadline);
 }
 
 std::exception_ptr StreamState::error() const {
@@ -224,8 +239,12 @@ Stream Stream::default_stream(Device device) {
 }
 
 Stream Stream::from_native(Device device, void* native_stream) {
-  if (!native_stream) throw InvalidArgument("Stream::from_native: the native stream is null");
   return Stream(detail::Runtime::get().wrap_stream(device, native_stream));
+}
+
+Stream Stream::from_native(void* native_stream) {
+  auto& rt = detail::Runtime::get();
+  return Stream(rt.wrap_stream(rt.native_stream_device(native_stream), native_stream));
 }
 
 Device Stream::device() const { return state_->device(); }
@@ -237,8 +256,8 @@ void Stream::wait(const Event& event) { state_->wait(*event.state()); }
 
 void Stream::wait_stream(const Stream& other) {
   if (other.state_ == state_) return;  // a stream is always ordered after itself
-  if (!other.state_->last_work()) return;   // nothing to wait for
-  state_->wait(*other.record_event().state());
+  // A marker, not the last op: it also covers what other code enqueued on a native stream.
+  state_->wait(*other.record_event(EventOptions{.enable_timing = false}).state());
 }
 
 Event Stream::record_event(EventOptions options) const {

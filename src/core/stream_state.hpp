@@ -11,6 +11,13 @@
 // have passed, failing if one of them failed. The latest barrier is the stream's *gate*:
 // every later op depends on it, so a failed wait fails all later work (the stream is broken).
 //
+// A marker (mark(): what record(stream) ties an event to) is a Work without a body at the
+// end of the stream: it finishes when the device reaches it, after everything enqueued before
+// it, and its time is when it was reached. It depends on the gate like an op (a marker on a
+// broken stream fails), and it fails if the work right before it failed, so that an event
+// recorded after a failed op reports the failure. On a GPU the backend puts it into the native stream itself, so that
+// it also follows the work other code (PyTorch, the user's kernels) enqueued there.
+//
 // Thread-safety: all members, from any thread.
 #pragma once
 
@@ -52,49 +59,62 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // Enqueues an op that reads `reads` and writes `writes` and runs `body` on the backend.
   // Returns its Work. Throws only before anything is enqueued (StateError after shutdown).
   Ref<Work> launch(std::string name, std::span<TensorState* const> reads,
-                   std::span<TensorState* const> writes, Callback body, bool timed = true);
+                   std::span<TensorState* const> writes, Callback body);
   Ref<Work> launch(std::string name, std::initializer_list<TensorState*> reads,
-                   std::initializer_list<TensorState*> writes, Callback body, bool timed = true) {
+                   std::initializer_list<TensorState*> writes, Callback body) {
     return launch(std::move(name), std::span<TensorState* const>(reads.begin(), reads.size()),
-                  std::span<TensorState* const>(writes.begin(), writes.size()), std::move(body),
-                  timed);
+                  std::span<TensorState* const>(writes.begin(), writes.size()), std::move(body));
   }
 
   // Enqueues a wait on `event` (snapshot of its tied work now). StateError if it is empty.
+  // Nothing is enqueued when the event has finished without error.
   void wait(EventState& event);
 
-  // The last Work enqueued (null if none).
-  Ref<Work> last_work() const;
-  // What record(stream) ties an event to: the last Work, and the last op before it if the
-  // last Work is a wait (the op whose device time the event reports); null where none.
-  std::pair<Ref<Work>, Ref<Work>> tie_points() const;
-  // All work enqueued so far has finished.
+  // Enqueues a marker at the current end of the stream and returns it (see above). Throws
+  // only before anything is enqueued.
+  Ref<Work> mark();
+  // All work enqueued so far has finished (on a GPU, the native stream's other work too).
   bool query() const;
-  // Waits until all work enqueued before the call has finished; false on timeout.
-  bool synchronize_until(const Deadline& deadline) const;
+  // The sequence number on this stream's timeline up to which everything enqueued so far
+  // will have finished: the last Work's, or, on a stream with a native one, a marker's
+  // placed now (it covers the other code's work there too).
+  std::uint64_t sync_point();
+  // Waits until all work enqueued before the call has finished (sync_point()); false on
+  // timeout.
+  bool synchronize_until(const Deadline& deadline);
   // The error of a failed wait (the stream is broken), else null.
   std::exception_ptr error() const;
   // A failure of the whole device (a GPU's sticky error), else null: synchronize raises it.
   virtual std::exception_ptr device_error() const { return nullptr; }
-  // The native stream (cudaStream_t), null where there is none.
+  // The native stream (cudaStream_t), null where there is none. A stream that has one may
+  // carry work other code enqueued there, which only a marker covers.
   virtual void* native_handle() const noexcept { return nullptr; }
 
  protected:
+  // Whether the native stream has no work of its own left (other code's included); streams
+  // without one have nothing but eventide's work.
+  virtual bool native_idle() const noexcept { return true; }
+  // Throws (InvalidArgument) if work may not be enqueued on this stream from the calling
+  // thread; called before anything is enqueued.
+  virtual void check_submit() const {}
   // Takes `work` (sequence number, deps and body set; or an error already set, then it must
   // only be failed in order) and arranges for it to run. Called under submit_mu_.
   virtual void submit(Ref<Work> work) noexcept = 0;
 
  private:
-  // Makes `work` (numbered already) the last work and submits it. Under submit_mu_.
-  void submit_locked(const Ref<Work>& work) noexcept;
+  // The gate a Work enqueued now depends on (dropping one that passed without error), or
+  // null. Under submit_mu_.
+  const Ref<Work>& current_gate() noexcept;
+  // Makes `work` (numbered, deps collected) the last Work and hands it to the backend.
+  // Under submit_mu_.
+  void submit_locked(Ref<Work> work) noexcept;
 
   const Device device_;
   const std::uint64_t id_;
   const Ref<Timeline> timeline_;
   mutable std::mutex submit_mu_;
   std::uint64_t enqueued_ = 0;
-  Ref<Work> last_work_;
-  Ref<Work> last_op_;  // the last timed Work (an op, not a wait)
+  Ref<Work> last_;  // the last Work enqueued
   Ref<Work> gate_;
 };
 

@@ -78,6 +78,9 @@ std::exception_ptr dependency_error(const Work& work, const Dep& dep) {
     case DepKind::order:
       why = "ordering dependency " + dep.work->describe() + " failed";
       break;
+    case DepKind::previous:
+      why = "the work before it on its stream, " + dep.work->describe() + ", failed";
+      break;
   }
   const std::exception_ptr& cause = dep.work->error();
   return std::make_exception_ptr(OpError(work.describe() + " did not run: " + why + ": " +

@@ -1,4 +1,4 @@
-// Work: one op (or barrier, or host-set step) on a timeline.
+// Work: one op (or wait, or marker, or host-set step) on a timeline.
 //
 // A Work is created when an op is enqueued, gets the next sequence number of its stream's
 // timeline, and is finished when that timeline passes its number. Before the timeline passes,
@@ -31,6 +31,7 @@ enum class DepKind : std::uint8_t {
   gate,    // the stream's latest wait: its failure propagates (the stream is broken)
   waited,  // a fence a wait (barrier) is waiting for: its failure propagates
   order,   // only ordering (a later write after a read): no failure propagates
+  previous,  // a marker's: the work right before it on its stream, whose failure it reports
 };
 
 struct Dep {
@@ -38,17 +39,29 @@ struct Dep {
   DepKind kind;
 };
 
+// What a Work is. Ops and markers have device times; waits and host steps do not.
+enum class WorkKind : std::uint8_t {
+  op,      // runs a body (an op, Stream::enqueue), timed from its start to its end
+  wait,    // a barrier: finishes when the fences it waits for have passed
+  marker,  // a point in the stream (record(stream)): runs nothing, and its time, start and
+           // end alike, is when the device reached it; on a GPU it is in the native stream
+           // itself, so it also follows whatever other code enqueued there before it
+  host,    // a step host code takes (UserEvent::set)
+};
+
 class Work final : public RefCounted {
  public:
-  Work(Ref<Timeline> timeline, std::string name, bool timed)
-      : timeline_(std::move(timeline)), name_(std::move(name)), timed_(timed) {}
+  Work(Ref<Timeline> timeline, std::string name, WorkKind kind)
+      : timeline_(std::move(timeline)), name_(std::move(name)), kind_(kind) {}
 
   Timeline& timeline() const noexcept { return *timeline_; }
   const Ref<Timeline>& timeline_ref() const noexcept { return timeline_; }
   std::uint64_t seq() const noexcept { return seq_; }
   bool done() const noexcept { return timeline_->passed(seq_); }
-  // Whether the work has device time of its own (ops do; waits and host steps do not).
-  bool timed() const noexcept { return timed_; }
+  WorkKind kind() const noexcept { return kind_; }
+  // Whether the work has device time of its own: ops (a span) and markers (a point).
+  bool timed() const noexcept { return kind_ == WorkKind::op || kind_ == WorkKind::marker; }
+  bool is_marker() const noexcept { return kind_ == WorkKind::marker; }
   // Whether the work has been handed to its device (a GPU op held on the host until
   // host-side work it depends on finishes has not): only launched work progresses without
   // the host, so only launched work may be waited for by a device.
@@ -108,7 +121,7 @@ class Work final : public RefCounted {
   Ref<Timeline> timeline_;
   std::uint64_t seq_ = 0;
   std::string name_;
-  bool timed_;
+  WorkKind kind_;
   std::atomic<bool> launched_{true};
   mutable std::exception_ptr error_;
   mutable std::atomic<bool> deferred_{false};

@@ -29,11 +29,18 @@ bool Tensor::ready() const {
   return !producer || producer->done();
 }
 
-void Tensor::wait() const {
+void Tensor::wait() const { (void)wait_until(std::nullopt); }
+
+bool Tensor::wait_for(std::chrono::nanoseconds timeout) const {
+  return wait_until(detail::deadline_after(timeout));
+}
+
+bool Tensor::wait_until(const std::optional<std::chrono::steady_clock::time_point>& deadline) const {
   auto producer = checked(state_, "wait").producer();
-  if (!producer) return;
-  detail::wait_for_fence(producer->timeline(), producer->seq(), std::nullopt);
+  if (!producer) return true;
+  if (!detail::wait_for_fence(producer->timeline(), producer->seq(), deadline)) return false;
   if (producer->error()) std::rethrow_exception(producer->error());
+  return true;
 }
 
 std::exception_ptr Tensor::error() const {

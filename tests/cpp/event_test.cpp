@@ -365,7 +365,7 @@ TEST(EventTest, RecordingWorkOfAnotherDeviceIsInvalidArgument) {
     namespace d = ev::detail;
     auto state = std::make_shared<d::EventState>(ev::Device::cuda(0), ev::EventOptions{});
     auto timeline = d::make_ref<d::Timeline>("test timeline");
-    auto work = d::make_ref<d::Work>(timeline, "op", /*timed=*/true);
+    auto work = d::make_ref<d::Work>(timeline, "op", d::WorkKind::op);
     work->set_seq(1);
     timeline->advance(1);
     EXPECT_THROW_MSG(state->record(work, ev::Device::cpu()), ev::InvalidArgument, "cpu",
@@ -408,12 +408,13 @@ TEST(EventTest, TimeElapsedSpansStartOfTheFirstOpToEndOfTheLast) {
   run_with_deadline([] {
     ev::UserEvent gate;
     ev::Stream s = gated_stream(gate);
-    ev::Event span;
-    s.enqueue("first", [] { std::this_thread::sleep_for(20ms); });
-    span.record(s);
+    ev::Tensor first = ev::empty({1}), last = ev::empty({1});
+    s.enqueue("first", [] { std::this_thread::sleep_for(20ms); }, {}, {first});
     s.enqueue("gap", [] { std::this_thread::sleep_for(30ms); });  // not recorded, but between
-    s.enqueue("last", [] { std::this_thread::sleep_for(20ms); });
-    span.record(s);
+    s.enqueue("last", [] { std::this_thread::sleep_for(20ms); }, {}, {last});
+    ev::Event span;
+    span.record(first);
+    span.record(last);
     EXPECT_EQ(span.str(), "<Event pending on cpu, 2 ops>");
     gate.set();
     span.wait();
@@ -423,19 +424,20 @@ TEST(EventTest, TimeElapsedSpansStartOfTheFirstOpToEndOfTheLast) {
   });
 }
 
-TEST(EventTest, RecordOfAStreamWhoseLastWorkIsAWaitMeasuresItsLastOp) {
+TEST(EventTest, RecordOfAStreamAfterAWaitIsAMarkerAtThatPoint) {
   run_with_deadline([] {
     ev::Stream s;
+    ev::Event start = s.record_event();
     s.enqueue("sleep20", [] { std::this_thread::sleep_for(20ms); });
     ev::Event other;
     other.record(ev::ones({1}));
     other.wait();
-    s.wait(other);  // the stream's last work is now a wait, not an op
+    s.wait(other);  // finished already: nothing to wait for
     ev::Event e;
     e.record(s);
     e.wait();
-    EXPECT_GE(e.time_elapsed().count(), 20'000.0)
-        << "API.md: record(stream) ties the stream's last op; time_elapsed measures that op";
+    EXPECT_EQ(e.time_elapsed().count(), 0.0) << "a marker is a point: no duration of its own";
+    EXPECT_GE(start.elapsed_time(e).count(), 20.0) << "the marker is after the 20 ms op";
   });
 }
 

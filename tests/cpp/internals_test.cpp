@@ -318,12 +318,12 @@ TEST(TimelineTest, ConcurrentAdvancesFromManyThreadsKeepTheMaximum) {
 
 TEST(WorkTest, DependencyErrorsNameBothOpsAndKeepTheRootCause) {
   auto tl = d::make_ref<d::Timeline>("cpu stream 42");
-  auto producer = d::make_ref<d::Work>(tl, "producer", true);
+  auto producer = d::make_ref<d::Work>(tl, "producer", d::WorkKind::op);
   producer->set_seq(1);
   auto user_error = std::make_exception_ptr(UserError("root"));
   producer->set_error(std::make_exception_ptr(ev::OpError("producer failed", "producer#1", user_error)));
   tl->advance(1);
-  auto consumer = d::make_ref<d::Work>(tl, "consumer", true);
+  auto consumer = d::make_ref<d::Work>(tl, "consumer", d::WorkKind::op);
   consumer->set_seq(2);
   EXPECT_EQ(consumer->describe(), "consumer#2 on cpu stream 42");
   consumer->deps().push_back(d::Dep{producer, d::DepKind::order});

@@ -373,8 +373,10 @@ class TestEvent:
         assert both.time_elapsed() >= max(e1.time_elapsed(), e2.time_elapsed())
         assert both.time_elapsed() >= 0.99 * (e1.time_elapsed() + e2.time_elapsed())
 
-    def test_record_stream_measures_its_last_op(self):
+    def test_record_stream_is_a_marker_a_point_after_everything_before_it(self):
         s = ev.Stream("cpu")
+        start = ev.Event()
+        start.record(s)
         with s:
             a = ev.rand(512, 512)
             big = a @ a
@@ -384,8 +386,12 @@ class TestEvent:
         e_stream = ev.Event()
         e_stream.record(s)
         ev.wait_all([e_small, e_stream])
-        assert e_stream.time_elapsed() == pytest.approx(e_small.time_elapsed())
-        assert big.ready
+        assert big.ready and small.ready  # the marker follows every op before it
+        assert e_stream.time_elapsed() == 0.0  # a point: no duration of its own
+        assert start.time_elapsed() == 0.0
+        region_us = start.elapsed_time(e_stream) * 1000.0
+        assert region_us >= e_small.time_elapsed()
+        assert region_us > 0.0
 
     def test_time_elapsed_errors(self, gate: Gate):
         with pytest.raises(ev.EventStateError):

@@ -96,7 +96,7 @@ def test_wait_all_async():
         await asyncio.sleep(0.05)
         assert not task.done()
         g.open()
-        assert await task is None
+        assert await task is True
         return e1.completed and e2.completed
 
     assert run(main) is True

@@ -25,8 +25,8 @@ import eventide as ev
 from conftest import Gate, call_with_timeout
 
 CPU = ev.Device("cpu")
-OP_KEYS = {"id", "name", "stream", "device", "seq", "detail", "is_wait", "finished", "start_us",
-           "end_us", "duration_us", "error", "waits_for"}
+OP_KEYS = {"id", "name", "stream", "device", "seq", "detail", "is_wait", "is_marker", "finished",
+           "start_us", "end_us", "duration_us", "error", "waits_for"}
 
 
 def ready(*shape: int, dtype: Any = ev.float32) -> ev.Tensor:
@@ -188,7 +188,7 @@ class TestRecords:
         assert [r["event"] for r in prof.records] == [1, 2, 3]
         assert all(r["op"] in op_by_id(prof) for r in prof.records)
 
-    def test_a_record_of_nothing_or_of_older_work_ties_no_op(self):
+    def test_a_record_of_older_work_ties_no_op_and_a_stream_record_is_a_marker(self):
         before = ready(4, 4)  # its op ran before the profile
         idle = ev.Stream("cpu")
         with ev.profile() as prof:
@@ -196,8 +196,11 @@ class TestRecords:
             e_idle = ev.Event()
             e_idle.record(idle)
             assert e_old.poll() and e_idle.poll()
-        assert prof.ops == []
-        assert [r["op"] for r in prof.records] == [None, None]
+        (marker,) = prof.ops
+        assert marker["is_marker"] and marker["name"] == "marker" and not marker["is_wait"]
+        assert marker["stream"] == stream_name(idle)
+        assert marker["start_us"] == marker["end_us"]  # a point
+        assert [r["op"] for r in prof.records] == [None, marker["id"]]
 
 
 # --- stream waits ----------------------------------------------------------------------------
@@ -240,13 +243,16 @@ class TestStreamWaits:
         with ev.profile() as prof:
             with gate:
                 ev.matmul(a, a)
-            s2.wait(gate.stream)
+            s2.wait(gate.stream)  # a marker on the gated stream, and a wait for it
             gate.open()
             call_with_timeout(s2.synchronize)
         (matmul,) = ops_named(prof, "matmul")
+        (marker,) = [op for op in prof.ops if op["is_marker"]]
         waits = [op for op in prof.ops if op["is_wait"]]
-        assert len(waits) == 1 and waits[0]["waits_for"] == [matmul["id"]]
+        assert marker["stream"] == matmul["stream"] and marker["seq"] > matmul["seq"]
+        assert len(waits) == 1 and waits[0]["waits_for"] == [marker["id"]]
         assert waits[0]["stream"] != matmul["stream"]
+        assert marker["start_us"] >= matmul["end_us"]
 
 
 # --- host waits ------------------------------------------------------------------------------

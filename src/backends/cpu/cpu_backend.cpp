@@ -59,7 +59,7 @@ std::shared_ptr<StreamState> CpuBackend::create_stream(std::uint64_t id) {
   return std::make_shared<CpuStream>(Device::cpu(), id, pool_);
 }
 
-std::shared_ptr<StreamState> CpuBackend::wrap_stream(std::uint64_t, void*) {
+std::shared_ptr<StreamState> CpuBackend::wrap_stream(void*, const std::function<std::uint64_t()>&) {
   throw InvalidArgument("Stream::from_native: the cpu has no native streams to wrap");
 }
 

@@ -21,6 +21,13 @@ CpuStream::~CpuStream() {
 }
 
 void CpuStream::submit(Ref<Work> work) noexcept {
+  if (work->is_marker() && timeline().passed(work->seq() - 1)) {
+    // Everything before it has finished and nothing else can be enqueued meanwhile (the
+    // caller holds the submit lock): the stream is at the marker now. It is reached here,
+    // with this instant as its time, instead of waking a worker to reach it.
+    detail::execute_work(*work, detail::this_thread_parker(), pool_.stopping());
+    return;
+  }
   Work* raw = work.detach();  // the queue's reference
   bool assign = false;
   Ref<Parker> wake;

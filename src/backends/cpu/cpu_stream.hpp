@@ -68,6 +68,8 @@ class WorkerPool {
   // Gives `stream` a worker.
   void assign(std::shared_ptr<CpuStream> stream) noexcept;
   void stop() noexcept;
+  // Becomes true when the pool stops: work that has not started fails instead of running.
+  const std::atomic<bool>& stopping() const noexcept { return stop_; }
   // Threads started so far (for `eventide info` and the tests).
   std::size_t thread_count();
 

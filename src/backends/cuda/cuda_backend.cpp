@@ -1,7 +1,9 @@
 #include "backends/cuda/cuda_backend.hpp"
 
 #include <cstring>
+#include <functional>
 #include <mutex>
+#include <unordered_map>
 
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
@@ -230,8 +232,51 @@ class CudaBackend final : public detail::DeviceBackend {
     return std::make_shared<CudaStream>(device_, id, state_);
   }
 
-  std::shared_ptr<StreamState> wrap_stream(std::uint64_t id, void* native_stream) override {
-    return std::make_shared<CudaStream>(device_, id, state_, static_cast<cudaStream_t>(native_stream));
+  std::shared_ptr<StreamState> wrap_stream(void* native_stream,
+                                           const std::function<std::uint64_t()>& make_id) override {
+    if (auto e = state_.broken()) std::rethrow_exception(e);
+    auto handle = static_cast<cudaStream_t>(native_stream);
+    // Null is the legacy default stream in the runtime API; named explicitly, so that the
+    // wrapper's native handle is never null (null means "no native stream" to the core).
+    if (handle == nullptr) handle = cudaStreamLegacy;
+    use_device(device_);
+    // The special handles name a stream of the current device: any device's, once it is made
+    // current (which eventide does before every launch). Any other belongs to one device.
+    const char* what = special_stream(handle);
+    if (!what) {
+      int owner = -1;
+      check(cudaStreamGetDevice(handle, &owner), "cudaStreamGetDevice",
+            "(Stream::from_native on " + device_.str() + ")");
+      if (owner != device_.index()) {
+        throw InvalidArgument("Stream::from_native: the native stream belongs to cuda:" +
+                              std::to_string(owner) + ", not " + device_.str());
+      }
+      what = "wrapped";
+    }
+    // One wrapper per native stream (CUDA's stream id: unique in the process; the
+    // per-thread default stream has one per thread), so that eventide's work on it has one
+    // order and one timeline however often it is wrapped.
+    unsigned long long native_id = 0;
+    check(cudaStreamGetId(handle, &native_id), "cudaStreamGetId", "(Stream::from_native)");
+    std::lock_guard lock(wrap_mu_);
+    std::erase_if(wrapped_, [](const auto& entry) { return entry.second.expired(); });
+    if (auto it = wrapped_.find(native_id); it != wrapped_.end()) {
+      if (auto live = it->second.lock()) return live;
+    }
+    auto stream = std::make_shared<CudaStream>(device_, make_id(), state_, handle, what);
+    wrapped_[native_id] = stream;
+    return stream;
+  }
+
+  bool owns_native_stream(void* native_stream) const override {
+    auto handle = static_cast<cudaStream_t>(native_stream);
+    int device = -1;
+    if (special_stream(handle)) return cudaGetDevice(&device) == cudaSuccess && device == device_.index();
+    if (cudaStreamGetDevice(handle, &device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return device == device_.index();
   }
 
   Ref<Storage> allocate(std::size_t bytes, StreamState& stream) override {
@@ -247,9 +292,19 @@ class CudaBackend final : public detail::DeviceBackend {
   }
 
  private:
+  // Null (cudaStreamLegacy's spelling in the runtime API), cudaStreamLegacy and
+  // cudaStreamPerThread: what they are; null for any other stream.
+  static const char* special_stream(cudaStream_t handle) noexcept {
+    if (handle == nullptr || handle == cudaStreamLegacy) return "legacy default stream";
+    if (handle == cudaStreamPerThread) return "per-thread default stream";
+    return nullptr;
+  }
+
   const Device device_;
   CudaDevice state_;
   CudaKernels kernels_;
+  std::mutex wrap_mu_;
+  std::unordered_map<unsigned long long, std::weak_ptr<CudaStream>> wrapped_;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include <chrono>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 
@@ -69,20 +70,39 @@ std::int64_t CudaTimeline::to_host_ns(std::int64_t device_ns) const noexcept {
 
 // --- CudaStream --------------------------------------------------------------------------
 
-CudaStream::CudaStream(Device device, std::uint64_t id, CudaDevice& owner, cudaStream_t native)
+CudaStream::CudaStream(Device device, std::uint64_t id, CudaDevice& owner)
     : StreamState(device, id,
                   detail::Ref<detail::Timeline>(new CudaTimeline(detail::stream_name(device, id),
                                                                  owner, acquire_word()))),
       owner_(owner),
       timeline_(static_cast<CudaTimeline&>(timeline())) {
-  if (native) {
-    handle_ = native;
-    owns_handle_ = false;
-    return;
-  }
   use_device(device);
   check(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
         "for " + name());
+}
+
+CudaStream::CudaStream(Device device, std::uint64_t id, CudaDevice& owner, cudaStream_t native,
+                       std::string what)
+    : StreamState(device, id,
+                  detail::Ref<detail::Timeline>(new CudaTimeline(
+                      detail::stream_name(device, id) + " (" + what + ")", owner, acquire_word()))),
+      owner_(owner),
+      handle_(native),
+      owns_handle_(false),
+      per_thread_(native == cudaStreamPerThread),
+      thread_(std::this_thread::get_id()),
+      timeline_(static_cast<CudaTimeline&>(timeline())) {}
+
+void CudaStream::check_submit() const {
+  if (per_thread_ && std::this_thread::get_id() != thread_) {
+    throw InvalidArgument(name() + " is the per-thread default stream of another thread: it can "
+                          "only be used from the thread that wrapped it");
+  }
+}
+
+bool CudaStream::native_idle() const noexcept {
+  // Other code's work on the native stream (or, if the device has failed, nothing runs).
+  return cudaStreamQuery(handle_) != cudaErrorNotReady;
 }
 
 CudaStream::~CudaStream() {
@@ -198,7 +218,19 @@ void CudaStream::submit(Ref<Work> work) noexcept {
   {
     std::lock_guard lock(launch_mu_);
     last_seq_ = work->seq();
-    if (!held_.empty() || (!owner_.broken() && host_wait(*work))) {
+    if (per_thread_ && !owner_.broken()) {
+      if (const Dep* dep = host_wait(*work)) {
+        // Held work is launched by the watcher, whose per-thread default stream is another.
+        work->set_error(std::make_exception_ptr(InvalidArgument(
+            work->describe() + " cannot wait for " + dep->work->describe() +
+            ": work on a per-thread default stream cannot be held until host-side work "
+            "finishes (eventide would launch it from its own thread, whose per-thread stream "
+            "is another); use a stream of your own")));
+      }
+    }
+    // (A per-thread stream never holds work, so a failure set above is launched at once: it
+    // only has to finish in order.)
+    if (!held_.empty() || (!work->error() && !owner_.broken() && host_wait(*work))) {
       work->set_launched(false);
       held_.push_back(std::move(work));
       held_count_.store(held_.size(), std::memory_order_release);
@@ -248,7 +280,10 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
   }
   try {
     use_device(device());
-    for (const Dep& dep : work->deps()) order_after(dep, decided_later);
+    // A work that failed already runs nothing: it needs no ordering but its stream's.
+    if (!work->error()) {
+      for (const Dep& dep : work->deps()) order_after(dep, decided_later);
+    }
     // Failures known now: the op is not launched at all.
     for (const Dep& dep : work->deps()) {
       if (dep.kind != DepKind::order && dep.work->done() && dep.work->error()) {
@@ -259,6 +294,10 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
     if (!work->error() && work->body()) {
       Timing::Scope scope(Timing::get(), *work, handle_);
       work->body()();
+    } else if (!work->error() && work->is_marker()) {
+      // In the native stream itself, after whatever any code enqueued there before it.
+      Timing::Scope scope(Timing::get(), *work, handle_);
+      scope.mark_point();
     }
   } catch (...) {
     fail(std::current_exception());

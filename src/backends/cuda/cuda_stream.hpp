@@ -38,6 +38,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -76,9 +77,12 @@ class CudaTimeline final : public detail::Timeline {
 
 class CudaStream final : public detail::StreamState {
  public:
-  // A new stream; or, with `native`, one that wraps a stream someone else owns (not
-  // destroyed here).
-  CudaStream(Device device, std::uint64_t id, CudaDevice& owner, cudaStream_t native = nullptr);
+  // A new stream, owned (destroyed with this).
+  CudaStream(Device device, std::uint64_t id, CudaDevice& owner);
+  // A stream over `native`, which someone else owns (not destroyed here); `what` says whose
+  // ("wrapped", "legacy default stream", ...), for its name.
+  CudaStream(Device device, std::uint64_t id, CudaDevice& owner, cudaStream_t native,
+             std::string what);
   ~CudaStream() override;
 
   cudaStream_t handle() const noexcept { return handle_; }
@@ -101,6 +105,8 @@ class CudaStream final : public detail::StreamState {
 
  protected:
   void submit(detail::Ref<Work> work) noexcept override;
+  bool native_idle() const noexcept override;
+  void check_submit() const override;
 
  private:
   struct InFlight {
@@ -126,6 +132,10 @@ class CudaStream final : public detail::StreamState {
   CudaDevice& owner_;
   cudaStream_t handle_ = nullptr;
   bool owns_handle_ = true;
+  // The per-thread default stream is a different stream on each thread: a wrapper of it is
+  // the one of the thread that made it, and only that thread may enqueue on it.
+  bool per_thread_ = false;
+  std::thread::id thread_;
   CudaTimeline& timeline_;
 
   std::mutex workspace_mu_;

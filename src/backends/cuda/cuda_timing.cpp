@@ -41,6 +41,7 @@ struct Timing::Impl {
     std::uint64_t retired_epoch = 0;  // 0: still running
     cudaEvent_t start = nullptr;      // events mode
     cudaEvent_t end = nullptr;
+    cudaEvent_t stamp = nullptr;      // CUPTI mode, a marker: its event (no timing)
     int device = 0;
   };
 
@@ -61,6 +62,8 @@ struct Timing::Impl {
   std::unordered_map<int, cudaEvent_t> reference;
   std::unordered_map<int, std::int64_t> reference_host_ns;
   std::vector<cudaEvent_t> spare_events;
+  // CUPTI mode: markers' events (timing disabled: cheaper to record), per device.
+  std::unordered_map<int, std::vector<cudaEvent_t>> spare_stamps;
 
   // CUPTI's clock minus the host's, and when that was measured (host ns; 0: never). Under mu.
   std::int64_t cupti_offset_ns = 0;
@@ -118,6 +121,14 @@ struct Timing::Impl {
         end = r->end;
         break;
       }
+      case CUPTI_ACTIVITY_KIND_CUDA_EVENT: {
+        // A marker's point; other code's event records (PyTorch's) end up among the orphans.
+        auto* r = reinterpret_cast<CUpti_ActivityCudaEvent2*>(rec);
+        if (r->deviceTimestamp == 0) return;
+        correlation = r->correlationId;
+        start = end = r->deviceTimestamp;
+        break;
+      }
       default:
         return;  // API records: only there so that the external correlation records exist
     }
@@ -130,6 +141,15 @@ struct Timing::Impl {
     }
   }
 
+  // A marker's event back to the pool of its device (the GPU has passed it). Under mu.
+  void give_stamp(int device, cudaEvent_t ev) {
+    try {
+      spare_stamps[device].push_back(ev);
+    } catch (...) {
+      cudaEventDestroy(ev);
+    }
+  }
+
   // Makes final the entries that retired before `before`. Under mu.
   void finalize(std::uint64_t before) {
     for (auto it = entries.begin(); it != entries.end();) {
@@ -139,6 +159,7 @@ struct Timing::Impl {
         continue;
       }
       for (std::uint32_t c : e.correlations) by_correlation.erase(c);
+      if (e.stamp) give_stamp(e.device, e.stamp);
       e.work->finish_timing();
       ids.erase(e.work.get());
       --retired_waiting;
@@ -185,10 +206,15 @@ std::string start_cupti() {
   }
   for (CUpti_ActivityKind kind :
        {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-        CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET}) {
+        CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET,
+        CUPTI_ACTIVITY_KIND_CUDA_EVENT}) {
     if (CUptiResult r = cuptiActivityEnable(kind); r != CUPTI_SUCCESS) {
       return fail("cuptiActivityEnable", r);
     }
+  }
+  // Markers' times: the device timestamps of their event records.
+  if (CUptiResult r = cuptiActivityEnableCudaEventDeviceTimestamps(1); r != CUPTI_SUCCESS) {
+    return fail("cuptiActivityEnableCudaEventDeviceTimestamps", r);
   }
   // External correlation records come with API records, so the API calls are recorded too.
   // This makes each CUDA call of the process slower while CUPTI runs (cudaEventQuery 1.3 µs
@@ -276,6 +302,36 @@ Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
   } else {
     cudaEventRecord(start, stream_);
   }
+}
+
+void Timing::Scope::mark_point() {
+  // Event pairs bracket the point already; without timing there is nothing to learn.
+  if (timing_.mode_ != Mode::cupti) return;
+  Impl& impl = *timing_.impl_;
+  int device = 0;
+  cudaGetDevice(&device);
+  cudaEvent_t ev = nullptr;
+  {
+    std::lock_guard lock(impl.mu);
+    auto& spare = impl.spare_stamps[device];
+    if (!spare.empty()) {
+      ev = spare.back();
+      spare.pop_back();
+    }
+  }
+  if (!ev) {
+    check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreateWithFlags",
+          "(a marker's point on cuda:" + std::to_string(device) + ")");
+  }
+  const cudaError_t st = cudaEventRecord(ev, stream_);
+  std::lock_guard lock(impl.mu);
+  if (st != cudaSuccess) {
+    impl.give_stamp(device, ev);
+    check(st, "cudaEventRecord", "(a marker's point)");
+  }
+  Impl::Entry& e = impl.entries[id_];
+  e.stamp = ev;
+  e.device = device;
 }
 
 Timing::Scope::~Scope() {
