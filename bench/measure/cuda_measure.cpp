@@ -161,6 +161,50 @@ Compared record(Device gpu, int batches) {
   return c;
 }
 
+Compared marker(Device gpu, int batches) {
+  use_device(gpu);
+  ev::Stream s(gpu);
+  Compared c;
+  c.ours = per_call(batches, kPerBatch, [&] {
+    ev::Event x;
+    x.record(s);
+  });
+  s.synchronize();
+  RawStream raw;
+  RawEvent timed, untimed(cudaEventDisableTiming);
+  c.anchor = per_call(std::max(1, batches / 2), kPerBatch, [&] { (void)cudaEventRecord(timed.e, raw.s); });
+  c.anchor2 = per_call(std::max(1, batches / 2), kPerBatch, [&] { (void)cudaEventRecord(untimed.e, raw.s); });
+  EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
+  return c;
+}
+
+Compared marker_region(Device gpu, int rounds) {
+  use_device(gpu);
+  DeviceMemory stamps_mem(2 * sizeof(unsigned long long));
+  auto* stamps = static_cast<unsigned long long*>(stamps_mem.p);
+  ev::Stream s(gpu);
+  auto h = static_cast<cudaStream_t>(s.native_handle());
+  RawEvent c0, c1;
+  Compared c;
+  for (int i = 0; i < rounds; ++i) {
+    ev::Event start, end;
+    start.record(s);
+    EVENTIDE_BENCH_CHECK(cudaEventRecord(c0.e, h));
+    kernels::spin(100'000, stamps, h);
+    EVENTIDE_BENCH_CHECK(cudaEventRecord(c1.e, h));
+    end.record(s);
+    end.wait();
+    float ms = 0;
+    EVENTIDE_BENCH_CHECK(cudaEventElapsedTime(&ms, c0.e, c1.e));
+    unsigned long long own[2];
+    EVENTIDE_BENCH_CHECK(cudaMemcpy(own, stamps, sizeof own, cudaMemcpyDeviceToHost));
+    c.ours.push_back(start.elapsed_time(end).count() * 1e6);
+    c.anchor.push_back(static_cast<double>(ms) * 1e6);
+    c.anchor2.push_back(static_cast<double>(own[1] - own[0]));
+  }
+  return c;
+}
+
 Compared stream_wait(Device gpu, int batches) {
   use_device(gpu);
   ev::Event e;

@@ -1,5 +1,7 @@
 // The CUDA suite: cuda_measure.hpp's measurements as figures with the project's goals
 // (docs/PERFORMANCE.md, "CUDA backend").
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -45,6 +47,34 @@ std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
                        {time_bar("cudaEventRecord, timing on", c.anchor),
                         time_bar("cudaEventRecord, timing off", c.anchor2)},
                        "≤ 150 ns", ours.value <= 150, 150, true);
+  }});
+
+  suite.push_back({"event.marker", "Event() + record(stream) beside cudaEventRecord",
+                   quick ? 0.1 : 0.8, [=] {
+    cuda::Compared c = cuda::marker(gpu, batches);
+    Bar ours = time_bar("eventide", c.ours);
+    // A marker is an event record and a progress write in the native stream: it should cost
+    // no more than two raw records.
+    const double goal = 2.0 * time_bar("", c.anchor).value;
+    return time_figure("event.marker",
+                       "`Event()` + `record(stream)` (a marker in the native stream), p50 / p99",
+                       ours,
+                       {time_bar("cudaEventRecord, timing on", c.anchor),
+                        time_bar("cudaEventRecord, timing off", c.anchor2)},
+                       "≤ 2× cudaEventRecord", ours.value <= goal, goal, true);
+  }});
+
+  suite.push_back({"event.marker_region", "the same 100 us kernel read by two markers and by a CUDA event pair",
+                   quick ? 0.2 : 1.0, [=] {
+    cuda::Compared c = cuda::marker_region(gpu, quick ? 50 : 300);
+    Bar ours = time_bar("eventide markers", c.ours);
+    Bar pair = time_bar("CUDA event pair", c.anchor);
+    const double tolerance = std::max(10'000.0, 0.05 * pair.value);
+    return time_figure("event.marker_region",
+                       "the same 100 µs kernel: two markers' `elapsed_time` / a CUDA event pair's, p50 / p99",
+                       ours, {pair, time_bar("the kernel's own time", c.anchor2)},
+                       "within 5% or 10 µs of the pair", std::abs(ours.value - pair.value) <= tolerance,
+                       std::nullopt, true);
   }});
 
   suite.push_back({"stream.wait", "Stream::wait(event) beside cudaStreamWaitEvent",

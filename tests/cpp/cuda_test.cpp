@@ -214,6 +214,7 @@ TEST(CudaTest, EventsTrackGpuWork) {
       e.record(ev::zeros({4}, ev::DType::f32, kGpu));
     }
     e.wait();
+    ev::Event before = s.record_event();
     spin_on(s, 20'000'000, w.p);  // 20 ms
     ev::Event f(kGpu);
     f.record(s);
@@ -223,7 +224,8 @@ TEST(CudaTest, EventsTrackGpuWork) {
     f.wait();
     EXPECT_TRUE(f.poll());
     EXPECT_TRUE(s.query());
-    EXPECT_GE(f.time_elapsed().count(), 19'000.0);
+    EXPECT_EQ(f.time_elapsed().count(), 0.0) << "a marker is a point";
+    EXPECT_GE(before.elapsed_time(f).count(), 19.0);
     EXPECT_EQ(f.device(), kGpu);
   });
 }
@@ -452,21 +454,207 @@ TEST(CudaTest, AForeignStreamCanBeWrappedAndIsNotDestroyed) {
     {
       ev::Stream s = ev::Stream::from_native(kGpu, mine);
       EXPECT_EQ(s.native_handle(), static_cast<void*>(mine));
-      // Work launched directly on the native stream, then recorded through eventide.
-      eventide::backends::cuda::kernels::spin(5'000'000, w.p, mine);
+      EXPECT_TRUE(ev::Stream::from_native(mine) == s) << "one wrapper per native stream";
+      // Work launched directly on the native stream, then a marker through eventide: it
+      // covers that work.
+      eventide::backends::cuda::kernels::spin(20'000'000, w.p, mine);
       ev::Event e(kGpu);
-      e.record(s);  // ties nothing eventide launched: the stream had no eventide op yet
+      e.record(s);
+      EXPECT_FALSE(e.poll()) << "the marker finished before the kernel it follows";
+      EXPECT_FALSE(s.query()) << "query() sees the other code's kernel";
+      e.wait();
+      EXPECT_EQ(cudaStreamQuery(mine), cudaSuccess);
       ev::StreamGuard g(s);
       ev::Tensor t = ev::full({16}, 1.0, ev::DType::f32, kGpu);
       ev::Event after;
       after.record(t);
       after.wait();
-      EXPECT_EQ(cudaStreamQuery(mine), cudaSuccess);  // the spin before it has finished too
     }
     EXPECT_EQ(cudaStreamSynchronize(mine), cudaSuccess);  // still a valid stream
     cudaStreamDestroy(mine);
-    EXPECT_THROW(ev::Stream::from_native(kGpu, nullptr), ev::InvalidArgument);
     EXPECT_THROW(ev::Stream::from_native(ev::Device::cpu(), mine), ev::InvalidArgument);
+  });
+}
+
+// --- Markers on the GPU ----------------------------------------------------------------------
+
+// Kernels of the user's own on an eventide stream's native handle are covered by a record
+// of that stream.
+TEST(CudaTest, AMarkerCoversKernelsTheUserLaunchedOnTheNativeHandle) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s(kGpu);
+    DeviceWords w;
+    auto h = static_cast<cudaStream_t>(s.native_handle());
+    ev::Event start = s.record_event();
+    eventide::backends::cuda::kernels::spin(5'000'000, w.p, h);  // 5 ms, not through eventide
+    ev::Event end = s.record_event();
+    EXPECT_FALSE(end.poll());
+    end.wait();
+    auto stamps = w.read(2);
+    EXPECT_NE(stamps[1], 0u) << "the kernel had not run when the marker finished";
+    const double ms = start.elapsed_time(end).count();
+    const double own_ms = static_cast<double>(stamps[1] - stamps[0]) / 1e6;
+    std::printf("user kernel %.3f ms by its own clock; between the markers %.3f ms\n", own_ms, ms);
+    EXPECT_GE(ms, own_ms - 0.002);
+    EXPECT_LE(ms, own_ms + 0.5);
+  });
+}
+
+// The timing idiom reads the device time between two markers, as a CUDA event pair does,
+// on a new stream, a drained one, and PyTorch's default stream (the legacy one).
+TEST(CudaTest, ElapsedTimeBetweenMarkersAgreesWithACudaEventPair) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    for (void* native : {static_cast<void*>(nullptr), static_cast<void*>(cudaStreamLegacy)}) {
+      SCOPED_TRACE(native ? "cudaStreamLegacy" : "null (legacy)");
+      ev::Stream s = ev::Stream::from_native(kGpu, native);
+      EXPECT_EQ(s.native_handle(), static_cast<void*>(cudaStreamLegacy));
+      auto h = static_cast<cudaStream_t>(s.native_handle());
+      DeviceWords w;
+      cudaEvent_t c0, c1;
+      cudaEventCreate(&c0);
+      cudaEventCreate(&c1);
+      for (int i = 0; i < 5; ++i) {
+        std::this_thread::sleep_for(20ms);  // the stream drains; the host idles
+        ev::Event start, end;
+        start.record(s);
+        cudaEventRecord(c0, h);
+        eventide::backends::cuda::kernels::spin(200'000 * (i + 1), w.p, h);
+        cudaEventRecord(c1, h);
+        end.record(s);
+        end.synchronize();
+        float cuda_ms = 0;
+        ASSERT_EQ(cudaEventElapsedTime(&cuda_ms, c0, c1), cudaSuccess);
+        const double ours = start.elapsed_time(end).count();
+        std::printf("markers %.4f ms, CUDA event pair %.4f ms\n", ours, cuda_ms);
+        if (times_are_cupti()) {
+          EXPECT_NEAR(ours, cuda_ms, std::max(0.01, 0.05 * cuda_ms));
+        } else {
+          EXPECT_GE(ours, 0.2 * (i + 1) - 0.01);
+        }
+        EXPECT_EQ(start.time_elapsed().count(), 0.0);
+      }
+      cudaEventDestroy(c0);
+      cudaEventDestroy(c1);
+    }
+  });
+}
+
+TEST(CudaTest, ADrainedGpuStreamDoesNotCountTheHostsIdleTime) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s(kGpu);
+    ev::StreamGuard g(s);
+    ev::Tensor a = ev::rand({1024}, ev::DType::f32, kGpu);
+    s.synchronize();
+    std::this_thread::sleep_for(300ms);
+    ev::Event start, end;
+    start.record();
+    ev::Tensor b = a + a;
+    end.record();
+    end.wait();
+    const double ms = start.elapsed_time(end).count();
+    std::printf("tiny op between two markers after 300 ms idle: %.4f ms\n", ms);
+    EXPECT_GT(ms, 0.0) << "real work lies between the markers";
+    EXPECT_LT(ms, 5.0) << "the host's idle time was counted";
+    // An op and a marker: the op's end (CUPTI's kernel record) is before the marker after it,
+    // on one clock.
+    ev::Event op;
+    op.record(b);
+    EXPECT_GE(op.elapsed_time(end).count(), -0.002);
+    EXPECT_LE(op.elapsed_time(end).count(), 1.0);
+  });
+}
+
+TEST(CudaTest, MarkersHeldBehindAUserEventFinishAfterItAndCountNoWaitBeforeThem) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::UserEvent u;
+    ev::Stream s(kGpu);
+    DeviceWords w;
+    ev::Event before = s.record_event();
+    s.wait(u);
+    ev::Event start = s.record_event();
+    spin_on(s, 2'000'000, w.p);
+    ev::Event end = s.record_event();
+    std::this_thread::sleep_for(50ms);
+    EXPECT_FALSE(start.poll()) << "held behind the UserEvent";
+    u.set();
+    end.wait();
+    const double region = start.elapsed_time(end).count();
+    EXPECT_GE(region, 1.9);
+    EXPECT_LT(region, 20.0);
+    EXPECT_GE(before.elapsed_time(start).count(), 49.0);
+  });
+}
+
+TEST(CudaTest, ManyMarkersInFlightEachGetTheirOwnTime) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s(kGpu);
+    DeviceWords w;
+    std::vector<ev::Event> marks;
+    for (int i = 0; i < 200; ++i) {
+      if (i % 10 == 0) spin_on(s, 100'000, w.p);  // 0.1 ms every ten markers
+      marks.push_back(s.record_event());
+    }
+    ev::wait_all(marks);
+    double total = 0;
+    for (std::size_t i = 1; i < marks.size(); ++i) {
+      const double d = marks[i - 1].elapsed_time(marks[i]).count();
+      EXPECT_GE(d, -0.001) << i;
+      total += d;
+    }
+    EXPECT_GE(total, 1.9) << "19 spins of 0.1 ms lie between the first and the last marker";
+  });
+}
+
+TEST(CudaTest, WaitStreamOrdersAfterOtherCodesKernelsOnTheOtherStream) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    cudaStream_t theirs;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&theirs, cudaStreamNonBlocking), cudaSuccess);
+    DeviceWords w1, w2;
+    {
+      ev::Stream foreign = ev::Stream::from_native(kGpu, theirs);
+      ev::Stream mine(kGpu);
+      eventide::backends::cuda::kernels::spin(5'000'000, w1.p, theirs);  // not through eventide
+      mine.wait_stream(foreign);
+      spin_on(mine, 10'000, w2.p);
+      mine.synchronize();
+      auto a = w1.read(2), b = w2.read(2);
+      EXPECT_GE(b[0], a[1]) << "the wait did not cover the other code's kernel";
+    }
+    cudaStreamSynchronize(theirs);
+    cudaStreamDestroy(theirs);
+  });
+}
+
+TEST(CudaTest, ThePerThreadDefaultStreamBelongsToTheThreadThatWrappedIt) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    cudaSetDevice(0);
+    ev::Stream ptds = ev::Stream::from_native(kGpu, cudaStreamPerThread);
+    DeviceWords w;
+    ev::Event start = ptds.record_event();
+    eventide::backends::cuda::kernels::spin(1'000'000, w.p, cudaStreamPerThread);
+    ev::Event end = ptds.record_event();
+    end.wait();
+    EXPECT_GE(start.elapsed_time(end).count(), 0.99);
+    std::thread other([&] {
+      EXPECT_THROW_MSG((void)ptds.record_event(), ev::InvalidArgument, "per-thread",
+                       "another thread");
+      ev::Stream own = ev::Stream::from_native(kGpu, cudaStreamPerThread);
+      EXPECT_FALSE(own == ptds) << "each thread has its own per-thread stream";
+    });
+    other.join();
+    // Work it would have to hold for host-side work fails instead, with a clear error.
+    ev::UserEvent u;
+    ptds.wait(u);
+    ev::Event held = ptds.record_event();
+    u.set();
+    EXPECT_THROW_MSG(held.wait(), ev::OpError, "per-thread");
   });
 }
 
@@ -560,5 +748,33 @@ TEST(CudaDeathTest, TheEventFallbackOrdersAndCompletesWork) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   setenv("EVENTIDE_CUDA_MEMOPS", "0", 1);
   EXPECT_EXIT(event_fallback_child(), ::testing::ExitedWithCode(0), "");
+  unsetenv("EVENTIDE_CUDA_MEMOPS");
+}
+
+// Markers with the other timing modes, in child processes: event pairs (the fallback when
+// CUPTI is unavailable) and no stream memory operations (progress by CUDA events).
+[[noreturn]] void marker_timing_child() {
+  alarm(60);
+  ev::Stream s(kGpu);
+  DeviceWords w;
+  ev::Event start = s.record_event();
+  spin_on(s, 2'000'000, w.p);
+  ev::Event end = s.record_event();
+  bool ok = end.wait_for(10s);
+  const double ms = ok ? start.elapsed_time(end).count() : -1;
+  std::fprintf(stderr, "%s: markers read %.4f ms around a 2 ms kernel\n",
+               ev::device_info(kGpu).description.c_str(), ms);
+  ok = ok && ms >= 1.99 && ms < 10.0 && start.time_elapsed().count() == 0.0;
+  std::_Exit(ok ? 0 : 1);
+}
+
+TEST(CudaDeathTest, MarkersAreTimedWithEventPairsAndWithoutStreamMemoryOperations) {
+  REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  setenv("EVENTIDE_CUDA_TIMING", "events", 1);
+  EXPECT_EXIT(marker_timing_child(), ::testing::ExitedWithCode(0), "");
+  unsetenv("EVENTIDE_CUDA_TIMING");
+  setenv("EVENTIDE_CUDA_MEMOPS", "0", 1);
+  EXPECT_EXIT(marker_timing_child(), ::testing::ExitedWithCode(0), "");
   unsetenv("EVENTIDE_CUDA_MEMOPS");
 }

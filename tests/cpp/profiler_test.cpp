@@ -240,17 +240,28 @@ TEST(ProfilerTest, TimedOutHostWaitsInSlicesAreOneWait) {
 // ended between two slices): the wait is finished all the same.
 TEST(ProfilerTest, ASliceThatFindsTheWorkDoneFinishesTheWait) {
   run_with_deadline([] {
-    ev::UserEvent gate;
-    ev::Stream s = gated_stream(gate);
-    ev::Profiler profiler;
-    ev::Event e = s.enqueue("held", [] {});
-    EXPECT_FALSE(e.wait_for(1ms));  // a slice that times out
-    gate.set();
-    while (!e.poll()) std::this_thread::yield();
-    EXPECT_TRUE(e.wait_for(1ms));   // the next slice: finished, nothing to block on
-    ev::Profile p = profiler.stop();
-    ASSERT_EQ(p.host_waits().size(), 1u);
-    EXPECT_TRUE(p.host_waits()[0].finished);
+    // The slices of one wait follow each other closely (Python's come every 20 ms at most,
+    // and the join allows 2 ms after a timed-out one): on a loaded machine the test thread
+    // can be preempted for longer between them, so the attempt is repeated until the second
+    // slice came soon enough for the rule to apply.
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      ev::UserEvent gate;
+      ev::Stream s = gated_stream(gate);
+      ev::Profiler profiler;
+      ev::Event e = s.enqueue("held", [] {});
+      EXPECT_FALSE(e.wait_for(1ms));  // a slice that times out
+      const auto timed_out = std::chrono::steady_clock::now();
+      gate.set();
+      while (!e.poll()) std::this_thread::yield();
+      const bool close = std::chrono::steady_clock::now() - timed_out < 1ms;
+      EXPECT_TRUE(e.wait_for(1ms));   // the next slice: finished, nothing to block on
+      ev::Profile p = profiler.stop();
+      ASSERT_EQ(p.host_waits().size(), 1u);
+      if (!close) continue;
+      EXPECT_TRUE(p.host_waits()[0].finished);
+      return;
+    }
+    GTEST_SKIP() << "the machine never ran the two slices within 1 ms of each other";
   });
 }
 

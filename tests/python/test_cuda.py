@@ -129,14 +129,214 @@ def test_a_torch_stream_can_be_used_and_recorded():
     ts = torch.cuda.Stream()
     s = ev.Stream(ts)  # wraps torch's stream (not owned)
     assert s.native_handle == ts.cuda_stream
+    assert ev.Stream(ts) == s  # one wrapper per native stream
     with torch.cuda.stream(ts):
         a = torch.randn(2048, 2048, device="cuda")
         torch.mm(a, a)
     e = ev.Event()
-    e.record(s)  # nothing of eventide's there yet: ties no work
+    e.record(s)  # a marker in torch's stream: after torch's mm
     with s:
         z = ev.zeros(8, device=GPU)  # runs after torch's mm, in the same stream
     e.record(z)
     assert e.wait(timeout=30)
     assert ts.query()
     assert repr(s).startswith("<eventide.Stream cuda:0")
+
+
+# --- Markers on other libraries' work ---------------------------------------------------------------
+
+def _torch_busy(ms: float, stream=None) -> None:
+    """Work of PyTorch's on `stream` (default: the current one) for about `ms` milliseconds:
+    torch.cuda._sleep spins on the GPU, calibrated here once."""
+    cycles = int(ms * _cycles_per_ms())
+    if stream is None:
+        torch.cuda._sleep(cycles)
+    else:
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(cycles)
+
+
+_CYCLES_PER_MS = []
+
+
+def _cycles_per_ms() -> float:
+    if not _CYCLES_PER_MS:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(10_000_000)
+        end.record()
+        end.synchronize()
+        _CYCLES_PER_MS.append(10_000_000 / start.elapsed_time(end))
+    return _CYCLES_PER_MS[0]
+
+
+@needs_torch
+@pytest.mark.parametrize("which", ["default", "side"])
+def test_the_timing_idiom_around_torch_work_matches_torch_cuda_event(which):
+    # PyTorch's default stream (the legacy one) and a torch.cuda.Stream: eventide's markers
+    # and torch's events around the same region read the same time (5% or 10 us).
+    ts = torch.cuda.current_stream() if which == "default" else torch.cuda.Stream()
+    a = torch.randn(2048, 2048, device="cuda")
+    with torch.cuda.stream(ts):
+        torch.mm(a, a)  # warm
+    torch.cuda.synchronize()
+    for it in range(5):
+        ours_start, ours_end = ev.Event(), ev.Event()
+        theirs_start = torch.cuda.Event(enable_timing=True)
+        theirs_end = torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(ts):
+            ours_start.record(ts)          # the stream object itself, no wrapping by hand
+            theirs_start.record()
+            for _ in range(3 + it):
+                torch.mm(a, a)
+            theirs_end.record()
+            ours_end.record(torch.cuda.current_stream())
+        torch.cuda.synchronize()
+        assert ours_end.wait(timeout=30)
+        ours = ours_start.elapsed_time(ours_end)
+        theirs = theirs_start.elapsed_time(theirs_end)
+        print(f"{which} stream: eventide {ours:.4f} ms, torch.cuda.Event {theirs:.4f} ms")
+        assert abs(ours - theirs) <= max(0.010, 0.05 * theirs)
+        assert ours_start.time_elapsed() == 0.0
+
+
+@needs_torch
+def test_a_marker_on_torchs_stream_finishes_only_after_torchs_kernels():
+    ts = torch.cuda.current_stream()
+    torch_end = torch.cuda.Event()
+    _torch_busy(20)
+    torch_end.record()
+    e = ev.Event()
+    e.record(ts)
+    assert not e.query()  # before: "finished" at once while torch was busy
+    assert not e.wait(timeout=0)
+    seen = []
+    done = threading.Event()
+
+    def callback():
+        seen.append(torch_end.query())  # torch's own kernels, as torch sees them
+        done.set()
+
+    e.add_callback(callback)
+    assert e.wait(timeout=30)
+    assert done.wait(30)
+    assert seen == [True]
+
+
+@needs_torch
+def test_events_on_torch_work_are_awaited_in_asyncio():
+    import asyncio
+
+    ts = torch.cuda.Stream()
+
+    async def main():
+        _torch_busy(20, ts)
+        e = ev.Event()
+        e.record(ts)
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while not e.query():
+                ticks += 1
+                await asyncio.sleep(0.001)
+
+        t = asyncio.ensure_future(ticker())
+        await e
+        await t
+        return ticks, ts.query()
+
+    ticks, idle = asyncio.run(asyncio.wait_for(main(), 30))
+    assert idle and ticks > 0  # the loop ran while torch's kernels did
+
+
+@needs_torch
+def test_a_user_event_gates_eventides_work_on_a_torch_stream_and_torch_keeps_working():
+    # Eventide's ops and markers on PyTorch's stream wait for the UserEvent (held on the
+    # host); PyTorch's own work on that stream keeps running meanwhile (eventide cannot hold
+    # another library's launches, and a GPU-side wait for the host could deadlock CUDA's lazy
+    # loading): nothing hangs, and after set() eventide's results reach torch in order.
+    ts = torch.cuda.Stream()
+    s = ev.Stream(ts)
+    go = ev.UserEvent()
+    s.wait(go)
+    with ev.stream(ts):
+        x = ev.full((1024,), 3.0, device=GPU)
+        y = x + x
+    marker = s.record_event()
+    with torch.cuda.stream(ts):
+        t = torch.ones(1024, device="cuda") * 5  # torch's own, on the gated stream
+    ts.synchronize()  # torch's work finishes: the stream is not blocked on the GPU
+    assert torch.all(t == 5).item()
+    assert not y.ready and not marker.query()
+    go.set()
+    assert marker.wait(timeout=30)
+    assert y.ready
+    with torch.cuda.stream(ts):
+        z = torch.from_dlpack(y) * 2
+    ts.synchronize()
+    assert torch.all(z == 12.0).item()
+
+
+@needs_torch
+def test_torch_takes_an_eventide_stream_through_the_stream_protocol():
+    s = ev.Stream(GPU)
+    version, handle = s.__cuda_stream__()
+    assert version == 0 and handle == s.native_handle
+    ext = torch.cuda.ExternalStream(handle)
+    start = s.record_event()
+    _torch_busy(5, ext)  # torch's kernel on eventide's stream
+    end = s.record_event()
+    assert end.wait(timeout=30)
+    assert start.elapsed_time(end) >= 4.5
+
+
+@needs_torch
+def test_wait_stream_and_with_take_torch_streams():
+    ts = torch.cuda.Stream()
+    mine = ev.Stream(GPU)
+    _torch_busy(10, ts)
+    mine.wait_stream(ts)  # a marker in torch's stream, waited for on the GPU
+    with ev.stream(mine):
+        start = ev.Event()
+        start.record()
+    assert start.wait(timeout=30)
+    assert ts.query()  # the marker mine waited for came after torch's kernel
+
+
+def _have_cupy() -> bool:
+    try:
+        import cupy  # noqa: F401
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+needs_cupy = pytest.mark.skipif(not _have_cupy(), reason="CuPy with a GPU is not installed here")
+
+
+@needs_cupy
+@pytest.mark.parametrize("which", ["stream", "null", "ptds"])
+def test_markers_on_cupy_streams(which):
+    import cupy
+
+    cs = {"stream": cupy.cuda.Stream(non_blocking=True), "null": cupy.cuda.Stream.null,
+          "ptds": cupy.cuda.Stream.ptds}[which]
+    a = cupy.random.rand(2048, 2048, dtype=cupy.float32)
+    with cs:
+        a @ a  # warm
+    cs.synchronize()
+    start, end = ev.Event(), ev.Event()
+    c0, c1 = cupy.cuda.Event(), cupy.cuda.Event()
+    with cs:
+        start.record(cs)
+        c0.record()
+        for _ in range(4):
+            a @ a
+        c1.record()
+        end.record(cs)
+    assert end.wait(timeout=30)
+    theirs = cupy.cuda.get_elapsed_time(c0, c1)
+    ours = start.elapsed_time(end)
+    print(f"cupy {which}: eventide {ours:.4f} ms, cupy events {theirs:.4f} ms")
+    assert abs(ours - theirs) <= max(0.010, 0.05 * theirs)
