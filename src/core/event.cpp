@@ -49,7 +49,7 @@ std::shared_ptr<EventState> EventState::make_user(std::optional<Device> device,
 void EventState::fold_locked(const Ref<Work>& work) {
   if (work->error() && !error_) error_ = work->error();
   if (work->timing_known()) {
-    fold_times_locked(*work);
+    fold_times_locked(work);
     return;
   }
   if (!untimed_.empty() && untimed_.back() == work) return;  // recorded again
@@ -59,26 +59,30 @@ void EventState::fold_locked(const Ref<Work>& work) {
     // only when the list has doubled (amortized constant per record).
     std::erase_if(untimed_, [this](const Ref<Work>& w) {
       if (!w->timing_known()) return false;
-      fold_times_locked(*w);
+      fold_times_locked(w);
       return true;
     });
     untimed_scan_at_ = std::max<std::size_t>(64, 2 * untimed_.size());
   }
 }
 
-void EventState::fold_times_locked(const Work& work) {
-  if (!work.has_times()) return;
-  if (work.timed()) {
-    if (!any_timed_) {
-      min_start_ns_ = work.start_ns();
-      max_end_ns_ = work.end_ns();
-      any_timed_ = true;
-    } else {
-      min_start_ns_ = std::min(min_start_ns_, work.start_ns());
-      max_end_ns_ = std::max(max_end_ns_, work.end_ns());
+void EventState::fold_times_locked(const Ref<Work>& work) {
+  if (!work->has_times()) return;
+  if (work->timed()) {
+    if (!any_timed_ || work->start_ns() < min_start_ns_) {
+      min_start_ns_ = work->start_ns();
+      earliest_ = work;
     }
+    if (!any_timed_ || work->end_ns() > max_end_ns_) {
+      max_end_ns_ = work->end_ns();
+      latest_ = work;
+    }
+    any_timed_ = true;
   }
-  completion_ns_ = any_completion_ ? std::max(completion_ns_, work.end_ns()) : work.end_ns();
+  if (!any_completion_ || work->end_ns() > completion_ns_) {
+    completion_ns_ = work->end_ns();
+    completion_work_ = work;
+  }
   any_completion_ = true;
 }
 
@@ -93,7 +97,7 @@ void EventState::resolve_timing() {
   std::lock_guard lock(mu_);
   std::erase_if(untimed_, [this](const Ref<Work>& w) {
     if (!w->timing_known()) return false;
-    fold_times_locked(*w);
+    fold_times_locked(w);
     return true;
   });
 }
@@ -339,6 +343,7 @@ void EventState::clear_locked() {
   untimed_.clear();
   untimed_scan_at_ = 64;
   min_start_ns_ = max_end_ns_ = completion_ns_ = 0;
+  earliest_ = latest_ = completion_work_ = nullptr;
   any_timed_ = any_completion_ = false;
   error_ = nullptr;
   records_ = 0;
@@ -427,10 +432,14 @@ double EventState::time_elapsed_us() {
   }
   if (error_) std::rethrow_exception(error_);
   if (!any_timed_) return 0.0;
+  if (earliest_ != latest_ && earliest_->stamp() && latest_->stamp()) {
+    // Two points the device stamped (GPU markers): the device's own reading between them.
+    if (auto ns = earliest_->stamp()->ns_until(*latest_->stamp())) return std::max(0.0, *ns) / 1e3;
+  }
   return static_cast<double>(max_end_ns_ - min_start_ns_) / 1e3;
 }
 
-std::int64_t EventState::completion_ns() {
+EventState::Completion EventState::completion() {
   poll();
   resolve_timing();
   std::lock_guard lock(mu_);
@@ -440,9 +449,10 @@ std::int64_t EventState::completion_ns() {
   }
   if (error_) std::rethrow_exception(error_);
   if (!any_completion_) {
-    throw StateError("elapsed_time: " + str_locked() + " has no completion time: it tied no work");
+    throw StateError("elapsed_time: " + str_locked() + " has no device time: it tied only a tensor "
+                     "no op produced, or work that was not timed (EVENTIDE_CUDA_TIMING=off)");
   }
-  return completion_ns_;
+  return Completion{completion_ns_, completion_work_};
 }
 
 std::string EventState::str() const {
@@ -544,7 +554,9 @@ void Event::record(const Tensor& tensor) {
 void Event::record(const Stream& stream) {
   auto& s = *stream.state();
   state_->check_device(s.device(), s);
-  state_->record(s.mark(), s.device());
+  state_->record(s.mark(state_->timing_enabled() ? detail::StreamState::MarkerTiming::timed
+                                                 : detail::StreamState::MarkerTiming::untimed),
+                 s.device());
 }
 
 void Event::record() {
@@ -582,9 +594,15 @@ std::chrono::duration<double, std::milli> Event::elapsed_time(const Event& end) 
                           (da ? da->str() : "host") + ", " + (db ? db->str() : "host") +
                           "), whose clocks cannot be compared");
   }
-  std::int64_t a = state_->completion_ns();
-  std::int64_t b = end.state_->completion_ns();
-  return std::chrono::duration<double, std::milli>(static_cast<double>(b - a) / 1e6);
+  const detail::EventState::Completion a = state_->completion();
+  const detail::EventState::Completion b = end.state_->completion();
+  if (a.work != b.work && a.work->stamp() && b.work->stamp()) {
+    // Two points the device stamped (GPU markers): its own reading, as a CUDA event pair.
+    if (auto ns = a.work->stamp()->ns_until(*b.work->stamp())) {
+      return std::chrono::duration<double, std::milli>(*ns / 1e6);
+    }
+  }
+  return std::chrono::duration<double, std::milli>(static_cast<double>(b.ns - a.ns) / 1e6);
 }
 
 std::exception_ptr Event::error() const { return state_->error(); }

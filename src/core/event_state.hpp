@@ -62,8 +62,13 @@ class EventState : public std::enable_shared_from_this<EventState> {
   bool is_user() const noexcept { return user_ != nullptr; }
   // Device microseconds from the earliest tied start to the latest end.
   double time_elapsed_us();
-  // When the last tied work ended, in its device's clock (ns); for elapsed_time().
-  std::int64_t completion_ns();
+  // When the last tied work ended: in its device's clock (ns), and that work (whose stamp,
+  // if it is a GPU marker, gives exact differences); for elapsed_time().
+  struct Completion {
+    std::int64_t ns = 0;
+    Ref<Work> work;
+  };
+  Completion completion();
   std::string str() const;
   // This event's id in profiles (given at the first call).
   std::uint64_t profile_id() const noexcept { return profile_event_id(profile_id_); }
@@ -108,7 +113,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
   };
 
   void fold_locked(const Ref<Work>& work);
-  void fold_times_locked(const Work& work);
+  void fold_times_locked(const Ref<Work>& work);
   // Waits for the device times not known yet (GPU work), and folds them in.
   void resolve_timing();
   // Nothing pending: FINISHED or FAILED; hands the callbacks and waiters to `actions`.
@@ -142,10 +147,14 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // Finished work whose device time is not known yet (GPU work: it arrives later).
   std::vector<Ref<Work>> untimed_;
   std::size_t untimed_scan_at_ = 64;  // fold known times when untimed_ grows past this
-  // Summary of finished tied work since the last reset.
+  // Summary of finished tied work since the last reset, with the works that set the bounds
+  // (their stamps give the exact span between two GPU markers).
   std::int64_t min_start_ns_ = 0;
   std::int64_t max_end_ns_ = 0;
   std::int64_t completion_ns_ = 0;
+  Ref<Work> earliest_;
+  Ref<Work> latest_;
+  Ref<Work> completion_work_;
   bool any_timed_ = false;
   bool any_completion_ = false;
   std::exception_ptr error_;

@@ -83,10 +83,15 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   return work;
 }
 
-Ref<Work> StreamState::mark() {
+Ref<Work> StreamState::mark(MarkerTiming timing) {
+  return enqueue_marker(timing == MarkerTiming::timed ? WorkKind::marker : WorkKind::untimed_marker,
+                        /*profiled=*/true);
+}
+
+Ref<Work> StreamState::enqueue_marker(WorkKind kind, bool profiled) {
   Runtime::get().check_running();
   check_submit();
-  auto work = make_ref<Work>(timeline_, "marker", WorkKind::marker);
+  auto work = make_ref<Work>(timeline_, "marker", kind);
   std::lock_guard lock(submit_mu_);
   work->set_seq(++enqueued_);
   const Ref<Work>& gate = current_gate();
@@ -94,7 +99,7 @@ Ref<Work> StreamState::mark() {
   if (last_ && last_ != gate && !(last_->done() && !last_->error())) {
     work->deps().push_back(Dep{last_, DepKind::previous});
   }
-  if (profiling()) [[unlikely]] ProfilerState::on_launch(*this, work, "marker");
+  if (profiled && profiling()) [[unlikely]] ProfilerState::on_launch(*this, work, "marker");
   submit_locked(work);
   return work;
 }
@@ -139,7 +144,8 @@ bool StreamState::query() const {
 }
 
 std::uint64_t StreamState::sync_point() {
-  if (native_handle()) return mark()->seq();
+  // The marker synchronize needs is no work of the user's: the profile does not show it.
+  if (native_handle()) return enqueue_marker(WorkKind::untimed_marker, /*profiled=*/false)->seq();
   std::lock_guard lock(submit_mu_);
   return enqueued_;
 }

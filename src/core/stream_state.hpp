@@ -70,9 +70,11 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // Nothing is enqueued when the event has finished without error.
   void wait(EventState& event);
 
-  // Enqueues a marker at the current end of the stream and returns it (see above). Throws
-  // only before anything is enqueued.
-  Ref<Work> mark();
+  // Enqueues a marker at the current end of the stream and returns it (see above); an
+  // untimed one takes no device time (for an event with timing disabled, or a sync point).
+  // Throws only before anything is enqueued.
+  enum class MarkerTiming { timed, untimed };
+  Ref<Work> mark(MarkerTiming timing = MarkerTiming::timed);
   // All work enqueued so far has finished (on a GPU, the native stream's other work too).
   bool query() const;
   // The sequence number on this stream's timeline up to which everything enqueued so far
@@ -108,6 +110,8 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // Makes `work` (numbered, deps collected) the last Work and hands it to the backend.
   // Under submit_mu_.
   void submit_locked(Ref<Work> work) noexcept;
+  // mark(), with the marker's kind, and whether the profiler records it.
+  Ref<Work> enqueue_marker(WorkKind kind, bool profiled);
 
   const Device device_;
   const std::uint64_t id_;

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,14 +40,26 @@ struct Dep {
   DepKind kind;
 };
 
-// What a Work is. Ops and markers have device times; waits and host steps do not.
+// What a Work is. Ops and timed markers have device times; the rest do not.
 enum class WorkKind : std::uint8_t {
   op,      // runs a body (an op, Stream::enqueue), timed from its start to its end
   wait,    // a barrier: finishes when the fences it waits for have passed
   marker,  // a point in the stream (record(stream)): runs nothing, and its time, start and
            // end alike, is when the device reached it; on a GPU it is in the native stream
            // itself, so it also follows whatever other code enqueued there before it
+  untimed_marker,  // the same for an event with timing disabled: no time is taken
   host,    // a step host code takes (UserEvent::set)
+};
+
+// A point in a stream that the device itself stamped (a GPU marker's timed CUDA event). Two
+// stamps of one device give the device time between them exactly as the device's clock reads
+// it (cudaEventElapsedTime), where the Works' start_ns and end_ns for a marker are that point
+// put on the timeline's clock, within the backend's calibration.
+class Stamp : public RefCounted {
+ public:
+  // Device nanoseconds from this stamp to `later` (negative if `later` came first); nullopt
+  // where the two cannot be compared (stamps of other devices or kinds).
+  virtual std::optional<double> ns_until(const Stamp& later) const noexcept = 0;
 };
 
 class Work final : public RefCounted {
@@ -61,7 +74,13 @@ class Work final : public RefCounted {
   WorkKind kind() const noexcept { return kind_; }
   // Whether the work has device time of its own: ops (a span) and markers (a point).
   bool timed() const noexcept { return kind_ == WorkKind::op || kind_ == WorkKind::marker; }
-  bool is_marker() const noexcept { return kind_ == WorkKind::marker; }
+  bool is_marker() const noexcept {
+    return kind_ == WorkKind::marker || kind_ == WorkKind::untimed_marker;
+  }
+  // A marker's device stamp, where the backend took one (a GPU's); null otherwise. Set by the
+  // backend before the work can finish, so valid once done().
+  const Ref<Stamp>& stamp() const noexcept { return stamp_; }
+  void set_stamp(Ref<Stamp> stamp) noexcept { stamp_ = std::move(stamp); }
   // Whether the work has been handed to its device (a GPU op held on the host until
   // host-side work it depends on finishes has not): only launched work progresses without
   // the host, so only launched work may be waited for by a device.
@@ -132,6 +151,7 @@ class Work final : public RefCounted {
   std::atomic<std::int64_t> end_ns_{0};
   Deps deps_;
   Callback body_;
+  Ref<Stamp> stamp_;
 };
 
 // The error a Work gets when it is skipped because `dep` failed, naming both.

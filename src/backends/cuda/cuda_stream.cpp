@@ -294,10 +294,10 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
     if (!work->error() && work->body()) {
       Timing::Scope scope(Timing::get(), *work, handle_);
       work->body()();
-    } else if (!work->error() && work->is_marker()) {
-      // In the native stream itself, after whatever any code enqueued there before it.
-      Timing::Scope scope(Timing::get(), *work, handle_);
-      scope.mark_point();
+    } else if (!work->error() && work->kind() == detail::WorkKind::marker) {
+      // In the native stream itself, after whatever any code enqueued there before it: a timed
+      // CUDA event, the marker's stamp (its progress write follows below).
+      work->set_stamp(Timing::get().stamp(device().index(), handle_));
     }
   } catch (...) {
     fail(std::current_exception());

@@ -2,6 +2,7 @@
 
 #include <cupti.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_api.hpp"
+#include "backends/cuda/cuda_kernels.hpp"
 
 namespace eventide::backends::cuda {
 
@@ -20,6 +22,10 @@ using detail::Work;
 namespace {
 
 constexpr std::size_t kBufferSize = std::size_t{4} << 20;
+// Markers measured from an anchor more than this far away (float milliseconds: 60 ns steps at
+// one second) make a new anchor, if the anchor is older than the second limit.
+constexpr float kAnchorReachMs = 1000.0f;
+constexpr std::int64_t kAnchorAgeNs = 1'000'000'000;
 // A reference event that completed within this long was recorded on an idle stream.
 constexpr std::int64_t kReferenceIdleNs = 100'000;
 // CUPTI's clock against the host's: measured again when the last measure is this old, so
@@ -41,7 +47,6 @@ struct Timing::Impl {
     std::uint64_t retired_epoch = 0;  // 0: still running
     cudaEvent_t start = nullptr;      // events mode
     cudaEvent_t end = nullptr;
-    cudaEvent_t stamp = nullptr;      // CUPTI mode, a marker: its event (no timing)
     int device = 0;
   };
 
@@ -62,8 +67,6 @@ struct Timing::Impl {
   std::unordered_map<int, cudaEvent_t> reference;
   std::unordered_map<int, std::int64_t> reference_host_ns;
   std::vector<cudaEvent_t> spare_events;
-  // CUPTI mode: markers' events (timing disabled: cheaper to record), per device.
-  std::unordered_map<int, std::vector<cudaEvent_t>> spare_stamps;
 
   // CUPTI's clock minus the host's, and when that was measured (host ns; 0: never). Under mu.
   std::int64_t cupti_offset_ns = 0;
@@ -121,14 +124,6 @@ struct Timing::Impl {
         end = r->end;
         break;
       }
-      case CUPTI_ACTIVITY_KIND_CUDA_EVENT: {
-        // A marker's point; other code's event records (PyTorch's) end up among the orphans.
-        auto* r = reinterpret_cast<CUpti_ActivityCudaEvent2*>(rec);
-        if (r->deviceTimestamp == 0) return;
-        correlation = r->correlationId;
-        start = end = r->deviceTimestamp;
-        break;
-      }
       default:
         return;  // API records: only there so that the external correlation records exist
     }
@@ -141,14 +136,51 @@ struct Timing::Impl {
     }
   }
 
-  // A marker's event back to the pool of its device (the GPU has passed it). Under mu.
-  void give_stamp(int device, cudaEvent_t ev) {
+  // Events mode: the device's reference event, recorded (and its host time measured) on
+  // first use; null if it could not be. Under mu.
+  cudaEvent_t reference_of(int device) {
+    if (auto it = reference.find(device); it != reference.end()) return it->second;
+    cudaEvent_t ref;
+    if (cudaEventCreate(&ref) != cudaSuccess) return nullptr;
+    const std::int64_t before = detail::host_now_ns();
+    if (cudaEventRecord(ref, nullptr) != cudaSuccess) {
+      cudaEventDestroy(ref);
+      return nullptr;
+    }
+    cudaEventSynchronize(ref);
+    const std::int64_t after = detail::host_now_ns();
+    reference[device] = ref;
+    // It completed between the two: on an idle stream at once (the middle is within a few
+    // microseconds); behind other work (the legacy stream is shared), just before the
+    // synchronize returned.
+    reference_host_ns[device] = after - before < kReferenceIdleNs ? before + (after - before) / 2 : after;
+    return ref;
+  }
+
+  // Markers' events (timed), per device, for reuse.
+  std::unordered_map<int, std::vector<cudaEvent_t>> spare_stamps;
+  void give_stamp(int device, cudaEvent_t ev) noexcept {
+    std::lock_guard lock(mu);
     try {
       spare_stamps[device].push_back(ev);
     } catch (...) {
       cudaEventDestroy(ev);
     }
   }
+
+  // CUPTI mode: per device, a CUDA event whose time on CUPTI's clock is known, that markers'
+  // events are measured from (cudaEventElapsedTime, exact to float precision within a second
+  // or so: hence made again when the one in use is older than that). Under calibration_mu.
+  struct Anchor {
+    cudaEvent_t event = nullptr;
+    cudaEvent_t after = nullptr;
+    std::int64_t cupti_ns = 0;
+    std::int64_t made_host_ns = 0;
+    cudaStream_t stream = nullptr;
+    void* scratch = nullptr;
+  };
+  std::mutex calibration_mu;
+  std::unordered_map<int, Anchor> anchors;
 
   // Makes final the entries that retired before `before`. Under mu.
   void finalize(std::uint64_t before) {
@@ -159,7 +191,6 @@ struct Timing::Impl {
         continue;
       }
       for (std::uint32_t c : e.correlations) by_correlation.erase(c);
-      if (e.stamp) give_stamp(e.device, e.stamp);
       e.work->finish_timing();
       ids.erase(e.work.get());
       --retired_waiting;
@@ -206,15 +237,10 @@ std::string start_cupti() {
   }
   for (CUpti_ActivityKind kind :
        {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-        CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET,
-        CUPTI_ACTIVITY_KIND_CUDA_EVENT}) {
+        CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET}) {
     if (CUptiResult r = cuptiActivityEnable(kind); r != CUPTI_SUCCESS) {
       return fail("cuptiActivityEnable", r);
     }
-  }
-  // Markers' times: the device timestamps of their event records.
-  if (CUptiResult r = cuptiActivityEnableCudaEventDeviceTimestamps(1); r != CUPTI_SUCCESS) {
-    return fail("cuptiActivityEnableCudaEventDeviceTimestamps", r);
   }
   // External correlation records come with API records, so the API calls are recorded too.
   // This makes each CUDA call of the process slower while CUPTI runs (cudaEventQuery 1.3 µs
@@ -257,6 +283,166 @@ std::string Timing::describe() const {
   return "?";
 }
 
+namespace {
+
+// A marker's timed CUDA event; back to the pool when the marker is gone.
+class CudaStamp final : public detail::Stamp {
+ public:
+  CudaStamp(Timing::Impl& impl, int device, cudaEvent_t event) noexcept
+      : impl_(impl), device_(device), event_(event) {}
+  ~CudaStamp() override { give_back(impl_, device_, event_); }
+
+  std::optional<double> ns_until(const detail::Stamp& later) const noexcept override {
+    auto* other = dynamic_cast<const CudaStamp*>(&later);
+    if (!other || other->device_ != device_) return std::nullopt;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, event_, other->event_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return std::nullopt;
+    }
+    return static_cast<double>(ms) * 1e6;
+  }
+
+  int device() const noexcept { return device_; }
+  cudaEvent_t event() const noexcept { return event_; }
+
+ private:
+  static void give_back(Timing::Impl& impl, int device, cudaEvent_t ev) noexcept;
+
+  Timing::Impl& impl_;
+  const int device_;
+  const cudaEvent_t event_;
+};
+
+}  // namespace
+
+void CudaStamp::give_back(Timing::Impl& impl, int device, cudaEvent_t ev) noexcept {
+  impl.give_stamp(device, ev);
+}
+
+detail::Ref<detail::Stamp> Timing::stamp(int device, cudaStream_t stream) {
+  if (mode_ == Mode::off) return nullptr;
+  cudaEvent_t ev = nullptr;
+  {
+    std::lock_guard lock(impl_->mu);
+    auto& spare = impl_->spare_stamps[device];
+    if (!spare.empty()) {
+      ev = spare.back();
+      spare.pop_back();
+    }
+  }
+  if (!ev) {
+    check(cudaEventCreate(&ev), "cudaEventCreate", "(a marker's event on cuda:" + std::to_string(device) + ")");
+  }
+  if (cudaError_t st = cudaEventRecord(ev, stream); st != cudaSuccess) {
+    impl_->give_stamp(device, ev);
+    check(st, "cudaEventRecord", "(a marker on cuda:" + std::to_string(device) + ")");
+  }
+  return detail::Ref<detail::Stamp>(new CudaStamp(*impl_, device, ev));
+}
+
+namespace {
+
+Timing::Impl::Anchor* calibrate(Timing& timing, Timing::Impl& impl, int device) {
+  // On an idle private stream: an event, a one-element kernel that CUPTI times on its clock,
+  // another event. The two events bracket the kernel on the device's clock; the time between
+  // them outside the kernel is split evenly before and after it, which puts the first event
+  // on CUPTI's clock within a fraction of a microsecond.
+  Timing::Impl::Anchor& a = impl.anchors[device];
+  int previous = -1;
+  cudaGetDevice(&previous);
+  if (cudaSetDevice(device) != cudaSuccess) return nullptr;
+  auto restore = [&] {
+    if (previous >= 0) cudaSetDevice(previous);
+  };
+  if (!a.stream && cudaStreamCreateWithFlags(&a.stream, cudaStreamNonBlocking) != cudaSuccess) {
+    restore();
+    return nullptr;
+  }
+  if (!a.event && (cudaEventCreate(&a.event) != cudaSuccess || cudaEventCreate(&a.after) != cudaSuccess ||
+                   cudaMalloc(&a.scratch, 64) != cudaSuccess)) {
+    (void)cudaGetLastError();
+    restore();
+    return nullptr;
+  }
+  auto timeline = detail::make_ref<detail::Timeline>("cuda timing calibration");
+  auto probe = detail::make_ref<Work>(timeline, "calibration", detail::WorkKind::op);
+  bool ok = cudaEventRecord(a.event, a.stream) == cudaSuccess;
+  if (ok) {
+    Timing::Scope scope(timing, *probe, a.stream);
+    try {
+      kernels::fill(a.scratch, 1, DType::f32, 0.0, a.stream);
+    } catch (...) {
+      ok = false;
+    }
+  }
+  ok = ok && cudaEventRecord(a.after, a.stream) == cudaSuccess &&
+       cudaEventSynchronize(a.after) == cudaSuccess;
+  timing.await(*probe);  // retires it and flushes: CUPTI's record of the kernel
+  float bracket_ms = 0;
+  ok = ok && probe->has_times() && cudaEventElapsedTime(&bracket_ms, a.event, a.after) == cudaSuccess;
+  restore();
+  if (!ok) {
+    (void)cudaGetLastError();
+    a.cupti_ns = 0;
+    return nullptr;
+  }
+  const double kernel_ns = static_cast<double>(probe->end_ns() - probe->start_ns());
+  const double outside_ns = std::max(0.0, static_cast<double>(bracket_ms) * 1e6 - kernel_ns);
+  a.cupti_ns = probe->start_ns() - static_cast<std::int64_t>(outside_ns / 2);
+  a.made_host_ns = detail::host_now_ns();
+  return &a;
+}
+
+// CUPTI mode, under impl.calibration_mu: the device's anchor, measured now if it has none.
+Timing::Impl::Anchor* calibrated_anchor(Timing& timing, Timing::Impl& impl, int device) {
+  auto it = impl.anchors.find(device);
+  if (it != impl.anchors.end() && it->second.cupti_ns != 0) return &it->second;
+  return calibrate(timing, impl, device);
+}
+
+}  // namespace
+
+void Timing::time_marker(Work& work) {
+  const auto* stamp = static_cast<const CudaStamp*>(work.stamp().get());
+  if (mode_ == Mode::off || !stamp) {
+    work.finish_timing();
+    return;
+  }
+  float ms = 0;
+  std::int64_t base = 0;
+  if (mode_ == Mode::events) {
+    std::lock_guard lock(impl_->mu);
+    cudaEvent_t ref = impl_->reference_of(stamp->device());
+    if (!ref || cudaEventElapsedTime(&ms, ref, stamp->event()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      work.finish_timing();
+      return;
+    }
+  } else {
+    std::lock_guard lock(impl_->calibration_mu);
+    Impl::Anchor* anchor = calibrated_anchor(*this, *impl_, stamp->device());
+    if (!anchor || cudaEventElapsedTime(&ms, anchor->event, stamp->event()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      work.finish_timing();
+      return;
+    }
+    if (std::abs(ms) > kAnchorReachMs && detail::host_now_ns() - anchor->made_host_ns > kAnchorAgeNs) {
+      // Far from the anchor: float milliseconds lose precision; measure from a new one.
+      anchor = calibrate(*this, *impl_, stamp->device());
+      if (!anchor || cudaEventElapsedTime(&ms, anchor->event, stamp->event()) != cudaSuccess) {
+        (void)cudaGetLastError();
+        work.finish_timing();
+        return;
+      }
+    }
+    base = anchor->cupti_ns;
+  }
+  const std::int64_t ns = base + static_cast<std::int64_t>(static_cast<double>(ms) * 1e6);
+  work.set_times(ns, ns);
+}
+
+
 Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
     : timing_(timing), work_(work), stream_(stream) {
   if (timing_.mode_ == Mode::off) return;
@@ -270,22 +456,7 @@ Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
     impl.ids[&work] = id_;
     if (timing_.mode_ == Mode::events) {
       cudaGetDevice(&e.device);
-      if (!impl.reference.count(e.device)) {
-        cudaEvent_t ref;
-        if (cudaEventCreate(&ref) == cudaSuccess) {
-          const std::int64_t before = detail::host_now_ns();
-          if (cudaEventRecord(ref, nullptr) == cudaSuccess) {
-            cudaEventSynchronize(ref);
-            const std::int64_t after = detail::host_now_ns();
-            impl.reference[e.device] = ref;
-            // It completed between the two: on an idle stream at once (the middle is within a
-            // few microseconds); behind other work (the legacy stream is shared), just before
-            // the synchronize returned.
-            impl.reference_host_ns[e.device] =
-                after - before < kReferenceIdleNs ? before + (after - before) / 2 : after;
-          }
-        }
-      }
+      impl.reference_of(e.device);
       for (cudaEvent_t* ev : {&e.start, &e.end}) {
         if (!impl.spare_events.empty()) {
           *ev = impl.spare_events.back();
@@ -302,36 +473,6 @@ Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
   } else {
     cudaEventRecord(start, stream_);
   }
-}
-
-void Timing::Scope::mark_point() {
-  // Event pairs bracket the point already; without timing there is nothing to learn.
-  if (timing_.mode_ != Mode::cupti) return;
-  Impl& impl = *timing_.impl_;
-  int device = 0;
-  cudaGetDevice(&device);
-  cudaEvent_t ev = nullptr;
-  {
-    std::lock_guard lock(impl.mu);
-    auto& spare = impl.spare_stamps[device];
-    if (!spare.empty()) {
-      ev = spare.back();
-      spare.pop_back();
-    }
-  }
-  if (!ev) {
-    check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreateWithFlags",
-          "(a marker's point on cuda:" + std::to_string(device) + ")");
-  }
-  const cudaError_t st = cudaEventRecord(ev, stream_);
-  std::lock_guard lock(impl.mu);
-  if (st != cudaSuccess) {
-    impl.give_stamp(device, ev);
-    check(st, "cudaEventRecord", "(a marker's point)");
-  }
-  Impl::Entry& e = impl.entries[id_];
-  e.stamp = ev;
-  e.device = device;
 }
 
 Timing::Scope::~Scope() {
@@ -351,6 +492,12 @@ Timing::Scope::~Scope() {
 void Timing::retired(Work& work) noexcept {
   if (mode_ == Mode::off) {
     work.finish_timing();
+    return;
+  }
+  if (work.is_marker()) {
+    // Its time is read from its stamp when someone asks (await): measuring it may need a
+    // calibration, which is no work for the watcher.
+    if (!work.stamp()) work.finish_timing();
     return;
   }
   std::lock_guard lock(impl_->mu);
@@ -383,6 +530,10 @@ void Timing::retired(Work& work) noexcept {
 
 void Timing::await(Work& work) {
   if (work.timing_known()) return;
+  if (work.is_marker()) {
+    time_marker(work);
+    return;
+  }
   retired(work);  // finished (the caller waited for it), even if the watcher has not seen it yet
   if (work.timing_known() || mode_ != Mode::cupti) return;
   std::lock_guard flush_lock(impl_->flush_mu);
@@ -394,6 +545,10 @@ void Timing::await_all(std::span<Work* const> works) {
   bool unknown = false;
   for (Work* w : works) {
     if (w->timing_known()) continue;
+    if (w->is_marker()) {
+      time_marker(*w);
+      continue;
+    }
     retired(*w);  // finished, even if the watcher has not seen it yet
     if (!w->timing_known()) unknown = true;
   }

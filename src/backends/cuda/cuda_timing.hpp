@@ -8,12 +8,6 @@
 // records are folded into the op's Work as they arrive: its time is from the start of its
 // first activity to the end of its last.
 //
-// A marker (a point in the stream, record(stream)) launches no kernel: it records a CUDA event
-// in the scope of its id, and CUPTI reports the device timestamp at which the GPU reached that
-// record (CUPTI_ACTIVITY_KIND_CUDA_EVENT with device timestamps), on the same clock as the
-// kernels' records, so markers and ops can be compared. On an H200 the difference of two such
-// timestamps is within about 1-3 µs of cudaEventElapsedTime between the same points.
-//
 // Records arrive in buffers, some time after the work: a Work's time is *known* once a flush
 // (cuptiActivityFlushAll) that began after the work finished has delivered them. await()
 // flushes when a caller needs a time that is not known yet; ready times need no flush.
@@ -61,17 +55,16 @@ class Timing {
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
-    // For a marker, which launches nothing: puts a point into the stream whose device time
-    // the timing learns (with CUPTI, a CUDA event record whose device timestamp CUPTI reports
-    // on the clock of its kernel records; with event pairs, the pair itself brackets the point).
-    void mark_point();
-
    private:
     Timing& timing_;
     detail::Work& work_;
     cudaStream_t stream_;
     std::uint64_t id_ = 0;
   };
+
+  // A marker at the current end of `stream` (on `device`, current): a timed CUDA event
+  // recorded there, as the marker's stamp; null with timing off. Throws DeviceError.
+  detail::Ref<detail::Stamp> stamp(int device, cudaStream_t stream);
 
   // The work has finished on the GPU (the watcher retired it): its records are complete once
   // the next flush has run.
@@ -90,6 +83,9 @@ class Timing {
 
  private:
   void flush_locked();  // under impl_->flush_mu
+  // A finished marker's time from its stamp, on the timeline's clock.
+  void time_marker(detail::Work& work);
+
   Timing();
   Impl* impl_;
   Mode mode_;
