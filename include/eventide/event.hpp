@@ -89,7 +89,9 @@ class Event {
   // another library's (Stream::from_native). Never blocks. Throws InvalidArgument for an event
   // of another device, StateError after the runtime has shut down.
   void record(const Stream& stream);
-  // record(Stream::current(device)), device being the event's, else the default device.
+  // record(Stream::current(device)), device being the event's, else the innermost
+  // StreamGuard's (as PyTorch's `with torch.cuda.stream(s)` makes s's device current), else
+  // the default device.
   void record();
 
   // Blocks until the event finishes. Throws StateError if it is EMPTY, or the error of the

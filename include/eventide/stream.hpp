@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -127,8 +128,8 @@ class Stream {
 };
 
 // Makes `stream` the calling thread's current stream for its device for the guard's scope,
-// then restores the previous one. Guards nest. Not movable: it belongs to one scope of one
-// thread.
+// then restores the previous one; record() of an event with no device uses the innermost
+// guard's device. Guards nest. Not movable: it belongs to one scope of one thread.
 class StreamGuard {
  public:
   explicit StreamGuard(const Stream& stream);
@@ -139,6 +140,7 @@ class StreamGuard {
  private:
   Device device_;
   Stream previous_;
+  std::optional<Device> previous_block_device_;
 };
 
 }  // namespace eventide

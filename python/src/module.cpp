@@ -362,6 +362,13 @@ void sync_current_streams() {
     detail::exchange_current_stream(d, st);
     applied_devices.push_back(d);
   }
+  // record() with no device: the innermost block's.
+  std::optional<Device> innermost;
+  if (blocks) {
+    auto tuple = py::reinterpret_borrow<py::tuple>(blocks);
+    if (tuple.size() > 0) innermost = tuple[tuple.size() - 1].cast<const Stream&>().device();
+  }
+  detail::exchange_block_device(innermost);
   Py_XINCREF(blocks.ptr());
   Py_XDECREF(applied);
   applied = blocks.ptr();

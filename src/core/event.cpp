@@ -561,6 +561,7 @@ void Event::record(const Stream& stream) {
 
 void Event::record() {
   std::optional<Device> d = state_->device();
+  if (!d) d = detail::block_device();
   record(Stream::current(d ? *d : default_device()));
 }
 

@@ -82,6 +82,7 @@ struct ShutdownAtExit {
 };
 
 thread_local std::vector<std::pair<Device, std::shared_ptr<StreamState>>> tls_current;
+thread_local std::optional<Device> tls_block_device;
 
 }  // namespace
 
@@ -211,6 +212,12 @@ std::shared_ptr<StreamState> exchange_current_stream(Device device,
   }
   return nullptr;
 }
+
+std::optional<Device> exchange_block_device(std::optional<Device> device) noexcept {
+  return std::exchange(tls_block_device, device);
+}
+
+std::optional<Device> block_device() noexcept { return tls_block_device; }
 
 }  // namespace detail
 

@@ -101,4 +101,10 @@ class Runtime {
 std::shared_ptr<StreamState> exchange_current_stream(Device device,
                                                      std::shared_ptr<StreamState> stream) noexcept;
 
+// The device of the calling thread's innermost stream block (StreamGuard, Python's `with
+// stream:`), which record() without a device uses, as PyTorch's `with torch.cuda.stream(s)`
+// also makes s's device current; nullopt outside any block. Exchanged like the streams.
+std::optional<Device> exchange_block_device(std::optional<Device> device) noexcept;
+std::optional<Device> block_device() noexcept;
+
 }  // namespace eventide::detail

@@ -315,11 +315,14 @@ Event Stream::enqueue_impl(std::string name, detail::Callback fn, std::vector<Te
 // --- StreamGuard -------------------------------------------------------------------------
 
 StreamGuard::StreamGuard(const Stream& stream)
-    : device_(stream.device()), previous_(detail::exchange_current_stream(stream.device(), stream.state())) {}
+    : device_(stream.device()),
+      previous_(detail::exchange_current_stream(stream.device(), stream.state())),
+      previous_block_device_(detail::exchange_block_device(stream.device())) {}
 
 StreamGuard::~StreamGuard() {
   // previous_ may hold no stream: the thread had none set for this device.
   detail::exchange_current_stream(device_, previous_.state());
+  detail::exchange_block_device(previous_block_device_);
 }
 
 }  // namespace eventide

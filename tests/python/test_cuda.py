@@ -299,7 +299,8 @@ def test_wait_stream_and_with_take_torch_streams():
     mine.wait_stream(ts)  # a marker in torch's stream, waited for on the GPU
     with ev.stream(mine):
         start = ev.Event()
-        start.record()
+        start.record()  # the innermost `with` stream's device, as in PyTorch
+    assert start.device == ev.Device(GPU)
     assert start.wait(timeout=30)
     assert ts.query()  # the marker mine waited for came after torch's kernel
 
