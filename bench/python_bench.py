@@ -205,12 +205,13 @@ def region_rows(device, quick):
         for _ in range(10 if quick else 50):
             s0, s1 = ev.Event(), ev.Event()
             t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # The same order at both ends: neither reading holds the other's record calls.
             s0.record(ts)
             t0.record()
             for _ in range(count):
                 torch.mm(a, a)
-            t1.record()
             s1.record(ts)
+            t1.record()
             torch.cuda.synchronize()
             s1.wait()
             ours, theirs = s0.elapsed_time(s1), t0.elapsed_time(t1)

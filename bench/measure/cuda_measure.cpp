@@ -188,12 +188,14 @@ Compared marker_region(Device gpu, int rounds) {
   Compared c;
   for (int i = 0; i < rounds; ++i) {
     ev::Event start, end;
+    // The same order at both ends: neither reading holds the other's record calls.
     start.record(s);
     EVENTIDE_BENCH_CHECK(cudaEventRecord(c0.e, h));
     kernels::spin(100'000, stamps, h);
-    EVENTIDE_BENCH_CHECK(cudaEventRecord(c1.e, h));
     end.record(s);
+    EVENTIDE_BENCH_CHECK(cudaEventRecord(c1.e, h));
     end.wait();
+    EVENTIDE_BENCH_CHECK(cudaEventSynchronize(c1.e));
     float ms = 0;
     EVENTIDE_BENCH_CHECK(cudaEventElapsedTime(&ms, c0.e, c1.e));
     unsigned long long own[2];

@@ -30,8 +30,8 @@ Compared record(Device gpu, int batches);
 // timing on; anchor2: timing off.
 Compared marker(Device gpu, int batches);
 // The same region (a ~100 µs kernel on an idle stream) read by two markers and by a CUDA event
-// pair recorded next to them: ours, the markers' elapsed_time; anchor, cudaEventElapsedTime;
-// anchor2, the kernel's own duration (%globaltimer).
+// pair, each event recorded just after its marker: ours, the markers' elapsed_time; anchor,
+// cudaEventElapsedTime; anchor2, the kernel's own duration (%globaltimer).
 Compared marker_region(Device gpu, int rounds);
 // Stream::wait(event) on a finished event / cudaStreamWaitEvent; enqueue cost.
 Compared stream_wait(Device gpu, int batches);

@@ -46,6 +46,10 @@ void Timeline::listen(std::uint64_t seq, std::unique_ptr<Listener> listener) {
 }
 
 void Timeline::notify() noexcept {
+  // Nothing due: no lock (a GPU's watcher calls this on every turn of its loop). A listener
+  // registered meanwhile is not missed: listen() checks the counter again after publishing
+  // its target and notifies itself.
+  if (min_target_.load(std::memory_order_seq_cst) > counter_->load(std::memory_order_seq_cst)) return;
   std::vector<Listener*> due;
   {
     std::lock_guard lock(mu_);

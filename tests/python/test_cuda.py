@@ -179,18 +179,20 @@ def test_the_timing_idiom_around_torch_work_matches_torch_cuda_event(which):
     a = torch.randn(2048, 2048, device="cuda")
     with torch.cuda.stream(ts):
         torch.mm(a, a)  # warm
+        ev.Event().record(ts)  # eventide's first GPU work starts its timing (once a process)
     torch.cuda.synchronize()
     for it in range(5):
         ours_start, ours_end = ev.Event(), ev.Event()
         theirs_start = torch.cuda.Event(enable_timing=True)
         theirs_end = torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(ts):
+            # The same order at both ends, so that neither reading holds the other's records.
             ours_start.record(ts)          # the stream object itself, no wrapping by hand
             theirs_start.record()
             for _ in range(3 + it):
                 torch.mm(a, a)
-            theirs_end.record()
             ours_end.record(torch.cuda.current_stream())
+            theirs_end.record()
         torch.cuda.synchronize()
         assert ours_end.wait(timeout=30)
         ours = ours_start.elapsed_time(ours_end)
@@ -284,11 +286,16 @@ def test_torch_takes_an_eventide_stream_through_the_stream_protocol():
     version, handle = s.__cuda_stream__()
     assert version == 0 and handle == s.native_handle
     ext = torch.cuda.ExternalStream(handle)
+    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start = s.record_event()
-    _torch_busy(5, ext)  # torch's kernel on eventide's stream
+    with torch.cuda.stream(ext):  # torch's kernel on eventide's stream
+        t0.record()
+        torch.cuda._sleep(10_000_000)
+        t1.record()
     end = s.record_event()
     assert end.wait(timeout=30)
-    assert start.elapsed_time(end) >= 4.5
+    assert t1.query()  # torch's work was done when eventide's marker after it finished
+    assert start.elapsed_time(end) >= t0.elapsed_time(t1)
 
 
 @needs_torch
@@ -330,13 +337,17 @@ def test_markers_on_cupy_streams(which):
     start, end = ev.Event(), ev.Event()
     c0, c1 = cupy.cuda.Event(), cupy.cuda.Event()
     with cs:
+        ev.Event().record(cs)  # eventide's first GPU work starts its timing (once a process)
+    cs.synchronize()
+    with cs:
         start.record(cs)
         c0.record()
         for _ in range(4):
             a @ a
-        c1.record()
         end.record(cs)
+        c1.record()
     assert end.wait(timeout=30)
+    c1.synchronize()
     theirs = cupy.cuda.get_elapsed_time(c0, c1)
     ours = start.elapsed_time(end)
     print(f"cupy {which}: eventide {ours:.4f} ms, cupy events {theirs:.4f} ms")

@@ -312,6 +312,7 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
   if (decided_later) work->decide_error_later();
   {
     std::lock_guard lock(inflight_mu_);
+    if (inflight_.empty()) oldest_inflight_.store(entry.work->seq(), std::memory_order_release);
     inflight_.push_back(std::move(entry));
   }
   ensure_watched();
@@ -320,6 +321,14 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
 
 bool CudaStream::retire() noexcept {
   const std::uint64_t done = timeline_.completed();
+  const std::uint64_t oldest = oldest_inflight_.load(std::memory_order_acquire);
+  if (owner_.mem_ops() && oldest != kNoneInFlight && done < oldest) {
+    // Nothing has finished since the last turn: no lock (the watcher calls this on every turn
+    // of its loop, and launches take the same lock: a watcher taking it in a tight loop made
+    // launches queue behind it for tens of microseconds).
+    timeline_.notify();
+    return true;
+  }
   std::vector<InFlight> finished;
   bool more;
   {
@@ -336,6 +345,8 @@ bool CudaStream::retire() noexcept {
       finished.push_back(std::move(inflight_.front()));
       inflight_.pop_front();
     }
+    oldest_inflight_.store(inflight_.empty() ? kNoneInFlight : inflight_.front().work->seq(),
+                           std::memory_order_release);
     more = !inflight_.empty() || held_count_.load(std::memory_order_acquire) > 0;
     if (!more) watched_ = false;
   }

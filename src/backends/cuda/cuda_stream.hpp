@@ -150,6 +150,10 @@ class CudaStream final : public detail::StreamState {
 
   std::mutex inflight_mu_;
   std::deque<InFlight> inflight_;
+  // The sequence number of the oldest work in flight (kNoneInFlight: none), for retire()'s
+  // look without the lock. Written under inflight_mu_.
+  static constexpr std::uint64_t kNoneInFlight = ~std::uint64_t{0};
+  std::atomic<std::uint64_t> oldest_inflight_{kNoneInFlight};
   bool watched_ = false;  // the watcher has this stream on its list
 };
 

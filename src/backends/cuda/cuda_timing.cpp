@@ -2,6 +2,7 @@
 
 #include <cupti.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,8 @@ using detail::Work;
 namespace {
 
 constexpr std::size_t kBufferSize = std::size_t{4} << 20;
+// The watcher flushes CUPTI's buffers once this many finished ops wait for their records.
+constexpr std::size_t kFlushWhenRetired = 1024;
 // Markers measured from an anchor more than this far away (float milliseconds: 60 ns steps at
 // one second) make a new anchor, if the anchor is older than the second limit.
 constexpr float kAnchorReachMs = 1000.0f;
@@ -58,7 +61,10 @@ struct Timing::Impl {
   std::unordered_map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> orphans;
   std::uint64_t next_id = 1;
   std::uint64_t epoch = 1;
-  std::size_t retired_waiting = 0;  // retired entries not yet final
+  // Retired entries not yet final. Changed under mu; read without it by maintain(), which the
+  // watcher calls on every turn of its loop (taking mu there made op launches, which take it
+  // too, queue behind a spinning watcher).
+  std::atomic<std::size_t> retired_waiting{0};
   std::mutex flush_mu;
   std::string why;  // why CUPTI is not in use, if it is not
 
@@ -193,7 +199,7 @@ struct Timing::Impl {
       for (std::uint32_t c : e.correlations) by_correlation.erase(c);
       e.work->finish_timing();
       ids.erase(e.work.get());
-      --retired_waiting;
+      retired_waiting.fetch_sub(1, std::memory_order_relaxed);
       it = entries.erase(it);
     }
     // Records still without their correlation record belong to other code's launches.
@@ -525,7 +531,7 @@ void Timing::retired(Work& work) noexcept {
     return;
   }
   e.retired_epoch = impl_->epoch;
-  ++impl_->retired_waiting;
+  impl_->retired_waiting.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Timing::await(Work& work) {
@@ -593,10 +599,7 @@ std::int64_t Timing::to_host_ns(int device, std::int64_t device_ns) noexcept {
 
 void Timing::maintain() {
   if (mode_ != Mode::cupti) return;
-  {
-    std::lock_guard lock(impl_->mu);
-    if (impl_->retired_waiting < 1024) return;
-  }
+  if (impl_->retired_waiting.load(std::memory_order_relaxed) < kFlushWhenRetired) return;
   std::unique_lock flush_lock(impl_->flush_mu, std::try_to_lock);
   if (flush_lock.owns_lock()) flush_locked();
 }
