@@ -402,6 +402,8 @@ CudaDevice::CudaDevice(Device device) : device_(device) {
 }
 
 std::exception_ptr CudaDevice::broken() const {
+  // Every launch asks: no lock until the device has failed (the watcher takes mu_ often).
+  if (!is_broken_.load(std::memory_order_acquire)) return nullptr;
   std::lock_guard lock(mu_);
   return broken_;
 }
@@ -426,6 +428,7 @@ void CudaDevice::mark_broken(std::exception_ptr error) noexcept {
     }
     streams = watched_;
     error = broken_;
+    is_broken_.store(true, std::memory_order_release);
   }
   for (auto& s : streams) s->abandon(error);
 }
@@ -434,6 +437,7 @@ void CudaDevice::watch(std::shared_ptr<CudaStream> stream) {
   {
     std::lock_guard lock(mu_);
     watched_.push_back(std::move(stream));
+    watched_version_.fetch_add(1, std::memory_order_release);
     if (!thread_.joinable() && !stop_.load()) {
       thread_ = detail::RuntimeThread([this] { run(); });
     }
@@ -476,11 +480,14 @@ void CudaDevice::run() noexcept {
   auto last_progress = Clock::now();
   auto sleep = std::chrono::nanoseconds(kFirstSleep);
   std::uint64_t wakes_seen = 0;
+  std::vector<std::shared_ptr<CudaStream>> streams;
+  std::uint64_t streams_version = ~std::uint64_t{0};
   while (!stop_.load(std::memory_order_acquire)) {
-    std::vector<std::shared_ptr<CudaStream>> streams;
-    {
+    // The list changes rarely: copied (under mu_, which launches also take) only when it has.
+    if (watched_version_.load(std::memory_order_acquire) != streams_version) {
       std::lock_guard lock(mu_);
       streams = watched_;
+      streams_version = watched_version_.load(std::memory_order_relaxed);
     }
     if (streams.empty()) {
       parker_->park();
@@ -504,6 +511,7 @@ void CudaDevice::run() noexcept {
         for (auto it = watched_.begin(); it != watched_.end(); ++it) {
           if (*it == streams[i]) {
             watched_.erase(it);
+            watched_version_.fetch_add(1, std::memory_order_release);
             break;
           }
         }

@@ -198,7 +198,9 @@ class CudaDevice {
 
   mutable std::mutex mu_;
   std::exception_ptr broken_;
+  std::atomic<bool> is_broken_{false};  // broken_ is set: broken()'s look without mu_
   std::vector<std::shared_ptr<CudaStream>> watched_;
+  std::atomic<std::uint64_t> watched_version_{0};  // bumped (under mu_) when watched_ changes
   std::unordered_map<const Work*, cudaEvent_t> done_events_;
   std::vector<cudaEvent_t> spare_events_;
 

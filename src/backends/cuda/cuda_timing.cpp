@@ -270,6 +270,13 @@ Timing::Timing() : impl_(new Impl()), mode_(mode_from_env()) {
   g_impl = impl_;
   if (mode_ == Mode::cupti) {
     impl_->why = start_cupti();
+    if (impl_->why.empty()) {
+      // CUPTI's first records set up its buffers, which takes a while: done here, so that the
+      // first op or marker timed does not carry it.
+      int device = 0;
+      cudaGetDevice(&device);
+      cuptiActivityFlushAll(0);
+    }
     if (!impl_->why.empty()) {
       std::fprintf(stderr, "eventide: CUPTI is unavailable (%s): CUDA op times fall back to event "
                            "pairs, which include launch gaps\n", impl_->why.c_str());
