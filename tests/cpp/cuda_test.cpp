@@ -813,6 +813,9 @@ TEST(CudaDeathTest, TheEventFallbackOrdersAndCompletesWork) {
   alarm(60);
   ev::Stream s(kGpu);
   DeviceWords w;
+  // The first timed op of a process sets the timing up (event pairs: the reference event, on
+  // the legacy stream, which waits for other processes' work on a shared GPU): done first.
+  spin_on(s, 1'000, w.p).wait();
   ev::Event start = s.record_event();
   spin_on(s, 2'000'000, w.p);
   ev::Event end = s.record_event();
@@ -820,7 +823,7 @@ TEST(CudaDeathTest, TheEventFallbackOrdersAndCompletesWork) {
   const double ms = ok ? start.elapsed_time(end).count() : -1;
   std::fprintf(stderr, "%s: markers read %.4f ms around a 2 ms kernel\n",
                ev::device_info(kGpu).description.c_str(), ms);
-  ok = ok && ms >= 1.99 && ms < 10.0 && start.time_elapsed().count() == 0.0;
+  ok = ok && ms >= 1.99 && ms < 50.0 && start.time_elapsed().count() == 0.0;
   std::_Exit(ok ? 0 : 1);
 }
 
