@@ -68,20 +68,23 @@ void EventState::fold_locked(const Ref<Work>& work) {
 
 void EventState::fold_times_locked(const Ref<Work>& work) {
   if (!work->has_times()) return;
+  // The bounds' works are kept only where they have a stamp (GPU markers), the only case
+  // that reads them: no reference counting on the record path of ops and CPU work.
+  const bool stamped = work->stamp() != nullptr;
   if (work->timed()) {
     if (!any_timed_ || work->start_ns() < min_start_ns_) {
       min_start_ns_ = work->start_ns();
-      earliest_ = work;
+      earliest_ = stamped ? work : nullptr;
     }
     if (!any_timed_ || work->end_ns() > max_end_ns_) {
       max_end_ns_ = work->end_ns();
-      latest_ = work;
+      latest_ = stamped ? work : nullptr;
     }
     any_timed_ = true;
   }
   if (!any_completion_ || work->end_ns() > completion_ns_) {
     completion_ns_ = work->end_ns();
-    completion_work_ = work;
+    completion_work_ = stamped ? work : nullptr;
   }
   any_completion_ = true;
 }
@@ -432,7 +435,7 @@ double EventState::time_elapsed_us() {
   }
   if (error_) std::rethrow_exception(error_);
   if (!any_timed_) return 0.0;
-  if (earliest_ != latest_ && earliest_->stamp() && latest_->stamp()) {
+  if (earliest_ && latest_ && earliest_ != latest_) {
     // Two points the device stamped (GPU markers): the device's own reading between them.
     if (auto ns = earliest_->stamp()->ns_until(*latest_->stamp())) return std::max(0.0, *ns) / 1e3;
   }
@@ -597,7 +600,7 @@ std::chrono::duration<double, std::milli> Event::elapsed_time(const Event& end) 
   }
   const detail::EventState::Completion a = state_->completion();
   const detail::EventState::Completion b = end.state_->completion();
-  if (a.work != b.work && a.work->stamp() && b.work->stamp()) {
+  if (a.work && b.work && a.work != b.work) {
     // Two points the device stamped (GPU markers): its own reading, as a CUDA event pair.
     if (auto ns = a.work->stamp()->ns_until(*b.work->stamp())) {
       return std::chrono::duration<double, std::milli>(*ns / 1e6);

@@ -62,8 +62,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
   bool is_user() const noexcept { return user_ != nullptr; }
   // Device microseconds from the earliest tied start to the latest end.
   double time_elapsed_us();
-  // When the last tied work ended: in its device's clock (ns), and that work (whose stamp,
-  // if it is a GPU marker, gives exact differences); for elapsed_time().
+  // When the last tied work ended: in its device's clock (ns), and that work if it has a
+  // stamp (a GPU marker: exact differences), else null; for elapsed_time().
   struct Completion {
     std::int64_t ns = 0;
     Ref<Work> work;
@@ -148,7 +148,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
   std::vector<Ref<Work>> untimed_;
   std::size_t untimed_scan_at_ = 64;  // fold known times when untimed_ grows past this
   // Summary of finished tied work since the last reset, with the works that set the bounds
-  // (their stamps give the exact span between two GPU markers).
+  // where those have stamps (GPU markers: exact differences), else null.
   std::int64_t min_start_ns_ = 0;
   std::int64_t max_end_ns_ = 0;
   std::int64_t completion_ns_ = 0;
