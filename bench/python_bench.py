@@ -80,26 +80,30 @@ def eventide_rows(device, n):
             e.synchronize()
 
         rows["matmul 256 + record + synchronize"] = measure(round_trip, max(n // 20, 100))
-    if ev.Device(device).type == "cuda":
-        try:
-            import torch
-            if torch.cuda.is_available():
-                ts = torch.cuda.Stream()
-                rows["Event.record(torch stream)"] = measure(lambda: e.record(ts), n)
-                torch.cuda.synchronize()
-                e.wait()
-        except ImportError:
-            pass
+    torch, _ = _torch() if ev.Device(device).type == "cuda" else (None, None)
+    if torch is not None:
+        ts = torch.cuda.Stream()
+        rows["Event.record(torch stream)"] = measure(lambda: e.record(ts), n)
+        torch.cuda.synchronize()
+        e.wait()
     return rows
 
 
-def torch_rows(n):
+def _torch():
+    """PyTorch with a GPU, or None with the reason."""
     try:
         import torch
     except ImportError:
         return None, "PyTorch is not installed"
     if not torch.cuda.is_available():
         return None, "PyTorch sees no GPU"
+    return torch, None
+
+
+def torch_rows(n):
+    torch, why = _torch()
+    if torch is None:
+        return None, why
     s = torch.cuda.Stream()
     rows = {}
     with torch.cuda.stream(s):
@@ -145,11 +149,8 @@ def torch_rows(n):
 
 def matmul_rows(device, quick):
     """TFLOP/s of ev.matmul and torch.matmul from Python, in the same process, alternating."""
-    try:
-        import torch
-    except ImportError:
-        return []
-    if not torch.cuda.is_available():
+    torch, _ = _torch()
+    if torch is None:
         return []
     rows = []
     cases = [("f32", "float32", False), ("tf32", "float32", True), ("bf16", "bfloat16", False),
@@ -191,11 +192,8 @@ def region_rows(device, quick):
     """The same region of PyTorch work, on PyTorch's default stream, read by eventide's
     markers and by torch.cuda.Event (recorded next to each other): both readings and their
     difference, over repetitions of a few sizes."""
-    try:
-        import torch
-    except ImportError:
-        return []
-    if not torch.cuda.is_available():
+    torch, _ = _torch()
+    if torch is None:
         return []
     rows = []
     a = torch.randn(1024, 1024, device="cuda")

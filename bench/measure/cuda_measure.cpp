@@ -145,6 +145,16 @@ Compared poll(Device gpu, int batches) {
   return c;
 }
 
+// The anchors of record() and of a marker: cudaEventRecord with timing on (anchor) and off
+// (anchor2), on a stream of its own.
+static void measure_raw_records(Compared& c, int batches) {
+  RawStream raw;
+  RawEvent timed, untimed(cudaEventDisableTiming);
+  c.anchor = per_call(std::max(1, batches / 2), kPerBatch, [&] { (void)cudaEventRecord(timed.e, raw.s); });
+  c.anchor2 = per_call(std::max(1, batches / 2), kPerBatch, [&] { (void)cudaEventRecord(untimed.e, raw.s); });
+  EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
+}
+
 Compared record(Device gpu, int batches) {
   use_device(gpu);
   ev::Tensor t = finished_tensor(gpu);
@@ -153,11 +163,7 @@ Compared record(Device gpu, int batches) {
     ev::Event x;
     x.record(t);
   });
-  RawStream raw;
-  RawEvent timed, untimed(cudaEventDisableTiming);
-  c.anchor = per_call(std::max(1, batches / 2), kPerBatch, [&] { (void)cudaEventRecord(timed.e, raw.s); });
-  c.anchor2 = per_call(std::max(1, batches / 2), kPerBatch, [&] { (void)cudaEventRecord(untimed.e, raw.s); });
-  EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
+  measure_raw_records(c, batches);
   return c;
 }
 
@@ -170,11 +176,7 @@ Compared marker(Device gpu, int batches) {
     x.record(s);
   });
   s.synchronize();
-  RawStream raw;
-  RawEvent timed, untimed(cudaEventDisableTiming);
-  c.anchor = per_call(std::max(1, batches / 2), kPerBatch, [&] { (void)cudaEventRecord(timed.e, raw.s); });
-  c.anchor2 = per_call(std::max(1, batches / 2), kPerBatch, [&] { (void)cudaEventRecord(untimed.e, raw.s); });
-  EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
+  measure_raw_records(c, batches);
   return c;
 }
 
