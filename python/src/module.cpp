@@ -257,6 +257,9 @@ std::optional<std::intptr_t> as_handle(const py::handle& h) {
   if (h.is_none()) return std::intptr_t{0};  // ctypes' NULL pointer: the legacy default stream
   if (PyLong_Check(h.ptr())) return h.cast<std::intptr_t>();
   if (py::hasattr(h, "value")) return as_handle(h.attr("value"));  // ctypes.c_void_p
+  if (py::hasattr(h, "__int__") && !PyFloat_Check(h.ptr())) {      // cuda.bindings' CUstream
+    return py::reinterpret_steal<py::object>(PyNumber_Long(h.ptr())).cast<std::intptr_t>();
+  }
   return std::nullopt;
 }
 

@@ -288,6 +288,24 @@ def test_a_user_event_gates_eventides_work_on_a_torch_stream_and_torch_keeps_wor
 
 
 @needs_torch
+def test_a_torch_stream_waits_on_the_gpu_for_eventide_work():
+    # Stream.wait on a torch stream: torch's later kernels there start after eventide's op,
+    # and the host does not block.
+    mine = ev.Stream(GPU)
+    with ev.stream(mine):
+        a = ev.randn(4096, 4096, device=GPU)
+        big = a @ a  # a few milliseconds
+    e = ev.Event()
+    e.record(big)
+    ts = torch.cuda.Stream()
+    ev.Stream(ts).wait(e)
+    after = torch.cuda.Event()
+    after.record(ts)  # torch's own record, after the wait
+    after.synchronize()
+    assert e.query()  # torch's stream passed the wait only once eventide's matmul had finished
+
+
+@needs_torch
 def test_torch_takes_an_eventide_stream_through_the_stream_protocol():
     s = ev.Stream(GPU)
     version, handle = s.__cuda_stream__()
@@ -359,3 +377,26 @@ def test_markers_on_cupy_streams(which):
     ours = start.elapsed_time(end)
     print(f"cupy {which}: eventide {ours:.4f} ms, cupy events {theirs:.4f} ms")
     assert abs(ours - theirs) <= max(0.010, 0.05 * theirs)
+
+
+def _have_numba() -> bool:
+    try:
+        from numba import cuda  # noqa: F401
+        return cuda.is_available()
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _have_numba(), reason="Numba with a GPU is not installed here")
+def test_a_numba_stream_takes_markers():
+    from numba import cuda
+
+    ns = cuda.stream()
+    s = ev.Stream(ns)
+    assert ev.Stream(ns) == s
+    with ev.stream(ns):
+        x = ev.full((1024,), 2.0, device=GPU)
+    e = s.record_event()
+    assert e.wait(timeout=30)
+    assert x.ready
+    ns.synchronize()
