@@ -523,7 +523,10 @@ TEST(CudaTest, ElapsedTimeBetweenMarkersAgreesWithACudaEventPair) {
         std::this_thread::sleep_for(20ms);  // the stream drains; the host idles
         ev::Event start, end;
         // The same order at both ends (ours, then the CUDA event), so that neither reading
-        // contains the other's record calls.
+        // contains the other's record calls; the stream busy at the start, so that both start
+        // records wait in it and only the device's reading is compared (on an idle stream the
+        // host's call between the two first records would be: ADrainedGpuStream... covers it).
+        eventide::backends::cuda::kernels::spin(50'000, w.p, h);
         start.record(s);
         cudaEventRecord(c0, h);
         eventide::backends::cuda::kernels::spin(200'000 * (i + 1), w.p, h);
