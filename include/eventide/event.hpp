@@ -49,6 +49,7 @@
 #include <utility>
 
 #include "eventide/detail/callback.hpp"
+#include "eventide/detail/duration.hpp"
 #include "eventide/device.hpp"
 
 namespace eventide {
@@ -99,9 +100,10 @@ class Event {
   void wait() const;
   // Like wait(), up to `timeout`: true if finished, false on timeout.
   bool wait_for(std::chrono::nanoseconds timeout) const;
+  // Any duration; those beyond what nanoseconds hold (hours::max()) mean no time limit.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
-    return wait_for(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout));
+    return wait_for(detail::saturating_ns(timeout));
   }
   // PyTorch's spelling of wait().
   void synchronize() const { wait(); }
@@ -194,6 +196,15 @@ void wait_all(std::initializer_list<Event> events);
 // Like wait_all, up to `timeout`: false if some event had not finished by then.
 bool wait_all_for(std::span<const Event> events, std::chrono::nanoseconds timeout);
 bool wait_all_for(std::initializer_list<Event> events, std::chrono::nanoseconds timeout);
+// Any duration; those beyond what nanoseconds hold mean no time limit.
+template <class Rep, class Period>
+bool wait_all_for(std::span<const Event> events, std::chrono::duration<Rep, Period> timeout) {
+  return wait_all_for(events, detail::saturating_ns(timeout));
+}
+template <class Rep, class Period>
+bool wait_all_for(std::initializer_list<Event> events, std::chrono::duration<Rep, Period> timeout) {
+  return wait_all_for(events, detail::saturating_ns(timeout));
+}
 
 // Blocks until one of `events` has finished (also if it failed: check its error()) and
 // returns its index, the lowest among those finished; nullopt on timeout. InvalidArgument for
@@ -202,5 +213,16 @@ std::optional<std::size_t> wait_any(std::span<const Event> events,
                                     std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
 std::optional<std::size_t> wait_any(std::initializer_list<Event> events,
                                     std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
+// Any duration; those beyond what nanoseconds hold mean no time limit.
+template <class Rep, class Period>
+std::optional<std::size_t> wait_any(std::span<const Event> events,
+                                    std::chrono::duration<Rep, Period> timeout) {
+  return wait_any(events, std::optional<std::chrono::nanoseconds>(detail::saturating_ns(timeout)));
+}
+template <class Rep, class Period>
+std::optional<std::size_t> wait_any(std::initializer_list<Event> events,
+                                    std::chrono::duration<Rep, Period> timeout) {
+  return wait_any(events, std::optional<std::chrono::nanoseconds>(detail::saturating_ns(timeout)));
+}
 
 }  // namespace eventide

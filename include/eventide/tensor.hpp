@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "eventide/detail/callback.hpp"
+#include "eventide/detail/duration.hpp"
 #include "eventide/device.hpp"
 #include "eventide/dtype.hpp"
 
@@ -59,6 +60,10 @@ class Tensor {
   // Like wait(), up to `timeout`: true if the producer has finished (rethrowing its error),
   // false on timeout.
   bool wait_for(std::chrono::nanoseconds timeout) const;
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
+    return wait_for(detail::saturating_ns(timeout));
+  }
   // The producer's error once it has failed, else null.
   std::exception_ptr error() const;
 

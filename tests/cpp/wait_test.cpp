@@ -2,6 +2,7 @@
 // synchronize(Device), which wait for every stream, also those no handle refers to any more.
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -235,6 +236,78 @@ TEST(WaitTest, SynchronizeWithNothingPendingReturns) {
   run_with_deadline([] {
     ev::synchronize();
     ev::synchronize();
+  });
+}
+
+}  // namespace
+
+namespace {
+
+// Regression (issue 10): timeouts beyond what nanoseconds hold overflowed in the conversion
+// and the waits returned false at once. They mean "no limit".
+TEST(WaitTest, HugeTimeoutsMeanNoLimitNotAnOverflow) {
+  run_with_deadline([] {
+    using std::chrono::duration;
+    auto later = [](ev::UserEvent u) {
+      return std::thread([u]() mutable {
+        std::this_thread::sleep_for(30ms);
+        u.set();
+      });
+    };
+    {
+      ev::UserEvent u;
+      auto t = later(u);
+      EXPECT_TRUE(u.wait_for(std::chrono::hours::max()));
+      t.join();
+    }
+    {
+      ev::UserEvent u;
+      auto t = later(u);
+      EXPECT_TRUE(u.wait_for(std::chrono::seconds::max()));
+      t.join();
+    }
+    {
+      ev::UserEvent u;
+      auto t = later(u);
+      EXPECT_TRUE(u.wait_for(duration<double>(1e300)));
+      t.join();
+    }
+    {
+      ev::UserEvent u;
+      auto t = later(u);
+      EXPECT_TRUE(u.wait_for(duration<double>(std::numeric_limits<double>::quiet_NaN())));
+      t.join();
+    }
+    {
+      ev::UserEvent u;
+      auto t = later(u);
+      EXPECT_TRUE(ev::wait_all_for({u}, std::chrono::hours::max()));
+      t.join();
+    }
+    {
+      ev::UserEvent u;
+      auto t = later(u);
+      EXPECT_EQ(ev::wait_any({u}, std::chrono::hours::max()), std::optional<std::size_t>(0));
+      t.join();
+    }
+    {
+      ev::UserEvent u;
+      ev::Stream s;
+      s.wait(u);
+      ev::Tensor x;
+      {
+        ev::StreamGuard g(s);
+        x = ev::ones({2});
+      }
+      auto t = later(u);
+      EXPECT_TRUE(x.wait_for(std::chrono::seconds::max()));
+      t.join();
+    }
+    // The other end: huge negative timeouts are no time at all.
+    ev::UserEvent pending;
+    EXPECT_FALSE(pending.wait_for(std::chrono::hours::min()));
+    EXPECT_FALSE(pending.wait_for(duration<double>(-1e300)));
+    pending.set();
   });
 }
 
