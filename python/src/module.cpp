@@ -488,8 +488,16 @@ py::array to_numpy(const Tensor& t) {
   return arr;
 }
 
-Tensor from_numpy(const py::array& input, const py::object& device_obj) {
+// `arr` in the machine's byte order: a copy where it is not (a big-endian array's values would
+// otherwise be read as little-endian ones).
+py::array native_order(const py::array& arr) {
+  if (arr.dtype().attr("isnative").cast<bool>()) return arr;
+  return arr.attr("astype")(arr.dtype().attr("newbyteorder")("="));
+}
+
+Tensor from_numpy(const py::array& given, const py::object& device_obj) {
   Device device = to_device(device_obj).value_or(Device::cpu());
+  const py::array input = native_order(given);
   auto dtype = from_numpy_dtype(input.dtype());
   if (!dtype) {
     throw InvalidArgument("from_numpy: unsupported dtype " +
@@ -536,7 +544,7 @@ Tensor tensor_from_data(const py::object& data, const py::object& dtype_obj,
   };
   py::array arr;
   if (dtype_obj.is_none()) {
-    arr = as_array(py::none());
+    arr = native_order(as_array(py::none()));
     if (!py::isinstance<py::array>(data)) {
       std::string kind = py::str(arr.dtype().attr("kind")).cast<std::string>();
       if (kind == "f") arr = arr.attr("astype")("float32", "order"_a = "C");
@@ -551,6 +559,21 @@ Tensor tensor_from_data(const py::object& data, const py::object& dtype_obj,
       for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = ops::float_to_bf16(src[i]);
       Shape shape(f.shape(), f.shape() + f.ndim());
       return eventide::from_host(bits.data(), std::move(shape), DType::bf16, device);
+    }
+    if (want == DType::i32 || want == DType::i64) {
+      // Values that do not fit are refused, as ev.full refuses them, not wrapped around.
+      py::array given = native_order(as_array(py::none()));
+      std::string kind = py::str(given.dtype().attr("kind")).cast<std::string>();
+      if (given.size() > 0 && (kind == "f" || kind == "i" || kind == "u")) {
+        py::object info = np.attr("iinfo")(py::str(py_name(want)));
+        py::object lo = given.attr("min")(), hi = given.attr("max")();
+        const bool finite = kind != "f" || np.attr("isfinite")(given).attr("all")().cast<bool>();
+        if (!finite || lo < info.attr("min") || hi > info.attr("max")) {
+          throw InvalidArgument("tensor: the values (" + py::str(lo).cast<std::string>() + " to " +
+                                py::str(hi).cast<std::string>() + ") do not fit in " +
+                                py_name(want));
+        }
+      }
     }
     arr = as_array(py::str(py_name(want)));
   }

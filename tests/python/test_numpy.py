@@ -296,3 +296,32 @@ def test_dlpack_bfloat16_export():
     cap = t.__dlpack__()
     u = ev.from_dlpack(cap)
     assert u.dtype == ev.bfloat16
+
+
+# --- Every byte order, stride and dtype (issue 10: big-endian arrays were read as if native) --
+
+@pytest.mark.parametrize("kind", ["f2", "f4", "f8", "i4", "i8"])
+@pytest.mark.parametrize("order", ["<", ">", "="])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "transposed", "reversed", "0-d"])
+def test_arrays_of_every_byte_order_stride_and_dtype_keep_their_values(kind, order, layout):
+    base = np.arange(1, 25, dtype=order + kind).reshape(4, 6)
+    arr = {"contiguous": base, "strided": base[:, ::2], "transposed": base.T,
+           "reversed": base[::-1, ::-1], "0-d": np.array(7, dtype=order + kind)}[layout]
+    want = arr.astype(arr.dtype.newbyteorder("="))
+    for t in (ev.from_numpy(arr), ev.tensor(arr)):
+        got = t.numpy()
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_tensor_refuses_values_that_do_not_fit_an_integer_dtype(dtype):
+    big = 2.0 ** 40 if dtype == "int32" else 1e30
+    for bad in ([big], [-big], [float("nan")], [float("inf")]):
+        with pytest.raises(ev.InvalidArgumentError, match="do not fit"):
+            ev.tensor(bad, dtype=dtype)
+    with pytest.raises(ev.InvalidArgumentError, match="not fit"):
+        ev.full((1,), big, dtype=dtype)  # the same rule as ev.full's
+    assert ev.tensor([1.7, -3.0], dtype=dtype).tolist() == [1, -3]  # truncates, as NumPy
+    assert ev.tensor([], dtype=dtype).shape == (0,)
