@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -128,6 +129,10 @@ Tensor randn(Shape shape, DType dtype = DType::f32, Device device = default_devi
 
 // InvalidArgument unless `count` elements fill `shape` exactly.
 void check_host_size(std::size_t count, const Shape& shape);
+// InvalidArgument, naming `op`, unless `shape` is one the ops accept: every extent >= 0, at
+// most 8 dimensions, a size in bytes that fits an int64 (for tensors made over memory
+// eventide did not allocate: NumPy arrays, DLPack).
+void check_shape(std::string_view op, const Shape& shape, DType dtype);
 
 // Copies `numel(shape)` elements from host memory at once (the caller may reuse `data` as
 // soon as this returns); the tensor is ready when the device's stream reaches the op.

@@ -81,7 +81,13 @@ Shape to_shape(const py::tuple& args, const char* fn) {
       throw InvalidArgument(std::string(fn) + ": shape entries must be ints, got " +
                             py::repr(h).cast<std::string>());
     }
-    shape.push_back(h.cast<std::int64_t>());
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(py::reinterpret_steal<py::object>(PyNumber_Index(h.ptr())).ptr(), &overflow);
+    if (overflow != 0) {
+      throw InvalidArgument(std::string(fn) + ": the shape entry " + py::repr(h).cast<std::string>() +
+                            " does not fit in 64 bits");
+    }
+    shape.push_back(v);
   };
   if (args.size() == 1 && !PyIndex_Check(args[0].ptr())) {
     if (!py::isinstance<py::sequence>(args[0])) {
@@ -505,6 +511,7 @@ Tensor from_numpy(const py::array& given, const py::object& device_obj) {
                           " (supported: float32, float64, int32, int64, float16)");
   }
   Shape shape(input.shape(), input.shape() + input.ndim());
+  check_shape("from_numpy", shape, *dtype);
   const bool contiguous = (input.flags() & py::array::c_style) != 0;
   const bool aligned = (input.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) != 0;
   if (device.is_cpu() && contiguous && aligned) {
@@ -683,8 +690,18 @@ py::capsule dlpack_method(const Tensor& t, const py::object& stream, const py::o
                          py::repr(stream).cast<std::string>());
   }
   const auto& s = *t.state();
+  // (device_type, device_id) and (major, minor): pairs of ints, else a TypeError naming them.
+  auto int_pair = [](const py::object& obj, const char* what) {
+    try {
+      if (!py::isinstance<py::tuple>(obj) || py::len(obj) != 2) throw py::cast_error();
+      return obj.cast<std::pair<int, int>>();
+    } catch (const py::cast_error&) {
+      throw py::type_error(std::string("__dlpack__: ") + what + " must be a tuple of two ints, got " +
+                           py::repr(obj).cast<std::string>());
+    }
+  };
   if (!dl_device_obj.is_none()) {
-    auto want = dl_device_obj.cast<std::pair<int, int>>();
+    auto want = int_pair(dl_device_obj, "dl_device");
     DLDevice have = dl_device(s.device);
     if (want.first != have.device_type || want.second != have.device_id) {
       throw py::buffer_error("__dlpack__: cannot export a tensor on " + s.device.str() +
@@ -719,7 +736,7 @@ py::capsule dlpack_method(const Tensor& t, const py::object& stream, const py::o
   }
   bool versioned = false;
   if (!max_version.is_none()) {
-    auto v = max_version.cast<std::pair<int, int>>();
+    auto v = int_pair(max_version, "max_version");
     versioned = v.first >= 1;
   }
   return export_dlpack(out, versioned);
@@ -797,7 +814,17 @@ Tensor from_dlpack(const py::object& obj) {
                           ", " + std::to_string(t.dtype.bits) + " bits, " +
                           std::to_string(t.dtype.lanes) + " lanes)");
   }
+  // A capsule may be built by any code: what it says is checked before it is used.
+  if (t.ndim < 0 || (t.ndim > 0 && !t.shape)) {
+    throw InvalidArgument("from_dlpack: the DLPack tensor has " + std::to_string(t.ndim) +
+                          " dimensions" + (t.ndim > 0 ? " and no shape" : ""));
+  }
   Shape shape(t.shape, t.shape + t.ndim);
+  check_shape("from_dlpack", shape, *dtype);
+  if (!t.data && numel(shape) > 0) {
+    throw InvalidArgument("from_dlpack: the DLPack tensor of shape " + to_string(shape) +
+                          " has a null data pointer");
+  }
   if (t.strides) {
     std::int64_t expect = 1;
     for (int i = t.ndim; i-- > 0;) {

@@ -20,15 +20,18 @@ using detail::TensorState;
 
 constexpr std::size_t kMaxDims = 8;
 
-void check_shape(const char* op, const Shape& shape, DType dtype) {
+}  // namespace
+
+void check_shape(std::string_view op_name, const Shape& shape, DType dtype) {
+  const std::string op(op_name);
   if (shape.size() > kMaxDims) {
-    throw InvalidArgument(std::string(op) + ": shape " + to_string(shape) + " has " +
+    throw InvalidArgument(op + ": shape " + to_string(shape) + " has " +
                           std::to_string(shape.size()) + " dimensions; at most " +
                           std::to_string(kMaxDims) + " are supported");
   }
   for (std::int64_t d : shape) {
     if (d < 0) {
-      throw InvalidArgument(std::string(op) + ": shape " + to_string(shape) +
+      throw InvalidArgument(op + ": shape " + to_string(shape) +
                             " has a negative extent");
     }
   }
@@ -36,14 +39,16 @@ void check_shape(const char* op, const Shape& shape, DType dtype) {
   try {
     count = numel(shape);
   } catch (const InvalidArgument& e) {
-    throw InvalidArgument(std::string(op) + ": " + e.what());
+    throw InvalidArgument(op + ": " + e.what());
   }
   std::int64_t bytes = 0;
   if (__builtin_mul_overflow(count, static_cast<std::int64_t>(itemsize(dtype)), &bytes)) {
-    throw InvalidArgument(std::string(op) + ": shape " + to_string(shape) +
+    throw InvalidArgument(op + ": shape " + to_string(shape) +
                           " is too large to address");
   }
 }
+
+namespace {
 
 struct Target {
   detail::DeviceContext& ctx;

@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import weakref
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -325,3 +327,89 @@ def test_tensor_refuses_values_that_do_not_fit_an_integer_dtype(dtype):
         ev.full((1,), big, dtype=dtype)  # the same rule as ev.full's
     assert ev.tensor([1.7, -3.0], dtype=dtype).tolist() == [1, -3]  # truncates, as NumPy
     assert ev.tensor([], dtype=dtype).shape == (0,)
+
+
+# --- Crafted DLPack capsules and bad arguments (issue 10, defects 9 and 10) -------------------
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                             ("deleter", ctypes.c_void_p)]  # null: nothing to release
+
+
+def _capsule(data, shape, ndim=None, keep=None):
+    """A legacy "dltensor" capsule of float32 on the cpu, as any code could build it."""
+    n = len(shape) if shape is not None else 0
+    shape_arr = (ctypes.c_int64 * max(n, 1))(*(shape or [0]))
+    mt = _DLManagedTensor()
+    mt.dl_tensor.data = data
+    mt.dl_tensor.device = _DLDevice(1, 0)  # kDLCPU
+    mt.dl_tensor.ndim = n if ndim is None else ndim
+    mt.dl_tensor.dtype = _DLDataType(2, 32, 1)  # kDLFloat, 32 bits
+    mt.dl_tensor.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64)) if shape is not None else None
+    mt.dl_tensor.strides = None
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    cap = new(ctypes.addressof(mt), b"dltensor", None)
+    if keep is not None:
+        keep.extend([mt, shape_arr])
+    return cap
+
+
+def test_crafted_dlpack_capsules_are_refused_with_clear_errors():
+    keep = []
+    buf = np.arange(4, dtype=np.float32)
+    good = ev.from_dlpack(_capsule(buf.ctypes.data, [4], keep=keep))
+    assert good.tolist() == [0.0, 1.0, 2.0, 3.0]  # the control: a sound capsule works
+    with pytest.raises(ev.InvalidArgumentError, match="null data pointer"):
+        ev.from_dlpack(_capsule(None, [4], keep=keep))
+    assert ev.from_dlpack(_capsule(None, [0], keep=keep)).shape == (0,)  # empty: no data needed
+    with pytest.raises(ev.InvalidArgumentError, match="-1 dimensions"):
+        ev.from_dlpack(_capsule(buf.ctypes.data, [4], ndim=-1, keep=keep))
+    with pytest.raises(ev.InvalidArgumentError, match="no shape"):
+        ev.from_dlpack(_capsule(buf.ctypes.data, None, ndim=1, keep=keep))
+    with pytest.raises(ev.InvalidArgumentError, match="at most 8"):
+        ev.from_dlpack(_capsule(buf.ctypes.data, [1] * 9, keep=keep))
+    with pytest.raises(ev.InvalidArgumentError, match="negative"):
+        ev.from_dlpack(_capsule(buf.ctypes.data, [-4], keep=keep))
+    del good
+
+
+def test_arrays_of_more_dimensions_than_the_ops_take_are_refused():
+    with pytest.raises(ev.InvalidArgumentError, match="at most 8"):
+        ev.from_numpy(np.zeros([1] * 9, dtype=np.float32))
+    with pytest.raises(ev.InvalidArgumentError, match="at most 8"):
+        ev.tensor(np.zeros([1] * 9, dtype=np.float32))
+    assert ev.from_numpy(np.zeros([1] * 8, dtype=np.float32)).ndim == 8
+
+
+def test_out_of_range_arguments_are_typed_errors():
+    with pytest.raises(ev.InvalidArgumentError, match="64 bits"):
+        ev.zeros(2 ** 63)
+    with pytest.raises(ev.InvalidArgumentError):
+        ev.zeros(2 ** 62, 4)  # too large to address
+    t = ev.ones(3, device="cpu")
+    t.wait()
+    with pytest.raises(TypeError, match="dl_device"):
+        t.__dlpack__(dl_device="x")
+    with pytest.raises(TypeError, match="max_version"):
+        t.__dlpack__(max_version="x")
+    with pytest.raises(TypeError, match="max_version"):
+        t.__dlpack__(max_version=(1,))
