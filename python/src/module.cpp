@@ -109,17 +109,23 @@ py::tuple to_tuple(const Shape& shape) {
 // --- Callbacks -----------------------------------------------------------------------------
 
 // A Python callable run by the runtime's callback thread.
+// Plain C API, no C++ object on this frame: while the interpreter finalizes, CPython ends a
+// thread that tries to take the GIL (or takes it back in time.sleep) with pthread_exit, and
+// that forced unwind must pass through here touching nothing of Python's (Dispatcher::run
+// lets it go on).
 struct PyCallback {
   PyHandle fn;
   void operator()() {
     if (!python_alive()) return;
-    py::gil_scoped_acquire gil;
-    try {
-      fn.get()();
-    } catch (py::error_already_set& e) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject* result = PyObject_CallNoArgs(fn.get().ptr());
+    if (result) {
+      Py_DECREF(result);
+    } else {
       // "Exception ignored in: <the callable>": names which callback failed.
-      e.discard_as_unraisable(py::reinterpret_borrow<py::object>(fn.get()));
+      PyErr_WriteUnraisable(fn.get().ptr());
     }
+    PyGILState_Release(gil);
   }
 };
 

@@ -1,5 +1,7 @@
 #include "core/dispatcher.hpp"
 
+#include <cxxabi.h>
+
 #include <cstdio>
 #include <utility>
 
@@ -108,6 +110,10 @@ void Dispatcher::run() {
       const std::int64_t start = profiled ? host_now_ns() : 0;
       try {
         item.fn();
+      } catch (abi::__forced_unwind&) {
+        // The thread is being ended (pthread_exit: CPython does it at interpreter exit to a
+        // thread that wants the GIL back): let it end.
+        throw;
       } catch (...) {
         std::string where = "a callback";
         if (item.source) where = "callback of " + item.source->str();

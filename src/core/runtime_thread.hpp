@@ -25,9 +25,16 @@ class RuntimeThread {
   explicit RuntimeThread(F&& body)
       : done_(std::make_shared<std::atomic<std::uint32_t>>(0)),
         thread_([done = done_, body = std::forward<F>(body)]() mutable {
+          // Also when the thread is ended by a forced unwind (pthread_exit): nobody waits
+          // for it then.
+          struct Finished {
+            std::atomic<std::uint32_t>& done;
+            ~Finished() {
+              done.store(1, std::memory_order_release);
+              futex_wake_all(done);
+            }
+          } finished{*done};
           body();
-          done->store(1, std::memory_order_release);
-          futex_wake_all(*done);
         }) {}
   RuntimeThread(RuntimeThread&&) noexcept = default;
   RuntimeThread& operator=(RuntimeThread&&) noexcept = default;

@@ -119,6 +119,28 @@ EXIT_SCENARIOS = {
         " print('cb done', flush=True)))\n"
         "while not started: time.sleep(0.001)\n"
         "print('bye', flush=True)\n"),
+    # a Python callback still runs Python code when the 5 s exit grace is over: CPython ends
+    # its thread (pthread_exit) when it wants the GIL back, and that forced unwind must end
+    # the thread, not be swallowed ("FATAL: exception not rethrown", SIGABRT) (issue 10)
+    "callback_sleeping_past_the_grace": (
+        "import eventide as ev, time\n"
+        "t = ev.rand(4); started = []\n"
+        "def cb():\n"
+        "    started.append(1)\n"
+        "    while True: time.sleep(0.01)\n"
+        "t.add_completion_callback(cb)\n"
+        "while not started: time.sleep(0.001)\n"
+        "print('bye', flush=True)\n"),
+    "callback_computing_past_the_grace": (
+        "import eventide as ev, time\n"
+        "t = ev.rand(4); started = []\n"
+        "def cb():\n"
+        "    started.append(1)\n"
+        "    n = 0\n"
+        "    while True: n += 1\n"
+        "t.add_completion_callback(cb)\n"
+        "while not started: time.sleep(0.001)\n"
+        "print('bye', flush=True)\n"),
     # a callback waiting on a UserEvent that is never set (it fails when dropped)
     "callback_pending_on_user_event": (
         "import eventide as ev\n"
@@ -171,7 +193,9 @@ DAEMON_BUG = ("BUG: a daemon thread blocked in an eventide wait at interpreter e
               "forced unwind through that noexcept destructor calls std::terminate")
 
 
-@pytest.mark.parametrize("name", ["callback_running", "callback_pending_on_user_event"])
+@pytest.mark.parametrize("name", ["callback_running", "callback_pending_on_user_event",
+                                  "callback_sleeping_past_the_grace",
+                                  "callback_computing_past_the_grace"])
 def test_interpreter_exit(name):
     run_exit_scenario(name)
 
