@@ -32,6 +32,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -146,6 +147,10 @@ class Profiler {
   // finished == false (so are, in the body of an op, later ops of its own stream: they
   // cannot run before it returns). StateError if already stopped.
   Profile stop(std::chrono::nanoseconds timeout = kDefaultStopTimeout);
+  // The same, calling `between_waits` every few milliseconds while it waits; what it throws
+  // ends the wait and comes out of stop() (the profile is then lost): how a binding lets an
+  // interrupt (Ctrl-C) end a long stop().
+  Profile stop(std::chrono::nanoseconds timeout, const std::function<void()>& between_waits);
 
  private:
   std::shared_ptr<detail::ProfilerState> state_;

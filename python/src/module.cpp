@@ -1408,7 +1408,11 @@ PYBIND11_MODULE(_eventide, m) {
                                         std::chrono::duration<double>(std::min(*seconds, kLongest)))
                                   : nanoseconds(Profiler::kDefaultStopTimeout);
              py::gil_scoped_release release;
-             return profiler.stop(limit);
+             // Ctrl-C ends the wait: the signal handlers run between its slices.
+             return profiler.stop(limit, [] {
+               py::gil_scoped_acquire gil;
+               if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+             });
            },
            "timeout"_a = py::none(),
            "Stop recording and return the Profile once the recorded work has finished and its "

@@ -243,7 +243,8 @@ void ProfilerState::on_callback(std::uint64_t event, const std::string& thread,
   s->recorded_.callbacks.push_back(CallbackEntry{event, thread, start_ns, end_ns});
 }
 
-Profile ProfilerState::stop(std::chrono::nanoseconds timeout) {
+Profile ProfilerState::stop(std::chrono::nanoseconds timeout,
+                            const std::function<void()>& between_waits) {
   Recorded rec;
   {
     std::lock_guard lock(g_profiler_mu);
@@ -259,12 +260,26 @@ Profile ProfilerState::stop(std::chrono::nanoseconds timeout) {
 
   // Every recorded op to its end, within the time limit. Work that cannot finish (held back
   // by a UserEvent nobody sets, or queued behind the op calling stop()) is left unfinished.
+  // The wait goes in slices when someone is to be called between them (an interrupt check).
   const Deadline deadline = deadline_after(timeout);
+  constexpr auto kSlice = std::chrono::milliseconds(20);
   std::vector<bool> finished(rec.ops.size(), false);
   for (std::size_t i = 0; i < rec.ops.size(); ++i) {
     Work& w = *rec.ops[i].work;
     try {
-      finished[i] = w.done() || wait_for_fence(w.timeline(), w.seq(), deadline);
+      for (;;) {
+        Deadline slice = deadline;
+        if (between_waits) {
+          const auto end = Clock::now() + kSlice;
+          slice = deadline && *deadline < end ? deadline : Deadline(end);
+        }
+        if (w.done() || wait_for_fence(w.timeline(), w.seq(), slice)) {
+          finished[i] = true;
+          break;
+        }
+        if (expired(deadline)) break;
+        between_waits();  // only reached with slices
+      }
     } catch (const StateError&) {
       finished[i] = false;  // queued behind the calling op: see above
     }
@@ -370,7 +385,11 @@ Profiler::Profiler() : state_(std::make_shared<detail::ProfilerState>()) { state
 
 Profiler::~Profiler() { state_->stop_recording(); }
 
-Profile Profiler::stop(std::chrono::nanoseconds timeout) { return state_->stop(timeout); }
+Profile Profiler::stop(std::chrono::nanoseconds timeout) { return state_->stop(timeout, {}); }
+
+Profile Profiler::stop(std::chrono::nanoseconds timeout, const std::function<void()>& between_waits) {
+  return state_->stop(timeout, between_waits);
+}
 
 // --- Profile -----------------------------------------------------------------------------
 

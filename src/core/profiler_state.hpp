@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <string>
@@ -78,8 +79,8 @@ class ProfilerState {
   // Stops recording; nothing happens if it was not recording.
   void stop_recording() noexcept;
   // Stops recording and builds the profile (see Profiler::stop). StateError if already
-  // stopped.
-  Profile stop(std::chrono::nanoseconds timeout);
+  // stopped. `between_waits` (may be empty) is called between slices of the wait.
+  Profile stop(std::chrono::nanoseconds timeout, const std::function<void()>& between_waits);
 
  private:
   struct OpEntry {

@@ -28,6 +28,11 @@ BLOCKERS = {
     "stream_synchronize": GATED + "block = s.synchronize",
     "tensor_wait": GATED + "block = x.wait",
     "numpy": GATED + "block = x.numpy",
+    # the end of a profile waits for the recorded work (issue 10: Ctrl-C was ignored there)
+    "profiler_stop": ("p = ev.Profiler()\n" + GATED +
+                      "block = lambda: p.stop(timeout=None)"),
+    "profile_block_end": ("prof = ev.profile(timeout=3600)\nprof.__enter__()\n" + GATED +
+                          "block = lambda: prof.__exit__(None, None, None)"),
 }
 
 TEMPLATE = """
