@@ -6,6 +6,7 @@
 // folder and one line there, never an edit of the core.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -43,8 +44,9 @@ class DeviceBackend {
   // where the device has that), freed when the last reference goes. DeviceError if it cannot.
   virtual Ref<Storage> allocate(std::size_t bytes, StreamState& stream) = 0;
   virtual ops::Kernels& kernels() = 0;
-  // Process exit: fail the work still queued, let running work finish, stop threads.
-  virtual void shutdown() noexcept = 0;
+  // Process exit: fail the work still queued, let running work finish until `deadline` (the
+  // whole runtime's grace period), stop threads.
+  virtual void shutdown(std::chrono::steady_clock::time_point deadline) noexcept = 0;
 };
 
 // Every device the compiled-in backends find on this machine (src/backends/registry.cpp).

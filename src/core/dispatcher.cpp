@@ -73,17 +73,30 @@ void Dispatcher::expect_soon() noexcept {
 }
 
 void Dispatcher::stop() noexcept {
-  RuntimeThread thread;
+  request_stop();
+  join_until(Clock::now() + kExitGrace);
+}
+
+void Dispatcher::request_stop() noexcept {
   std::vector<Item> dropped;
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
     dropped.swap(queue_);
-    thread = std::move(thread_);
+    if (thread_.joinable()) stopped_thread_ = std::move(thread_);
   }
   parker_->unpark();
-  thread.join_for(kExitGrace);
-  dropped.clear();
+  // Destroyed here, unlocked: they may own anything.
+}
+
+void Dispatcher::join_until(Clock::time_point deadline) noexcept {
+  RuntimeThread thread;
+  {
+    std::lock_guard lock(mu_);
+    thread = std::move(stopped_thread_);
+  }
+  const auto left = deadline - Clock::now();
+  thread.join_for(left.count() > 0 ? left : std::chrono::nanoseconds(0));
 }
 
 void Dispatcher::run() {

@@ -39,7 +39,13 @@ class Dispatcher {
   // while instead of going to sleep, so that a callback due soon runs without the wake-up of
   // a sleeping thread (5 to 15 µs).
   void expect_soon() noexcept;
+  // stop(): request_stop() then join_until(kExitGrace from now).
   void stop() noexcept;
+  // Process exit in two steps, so that all of the runtime's threads share one grace period:
+  // no callback starts after request_stop() (those queued are dropped); join_until() waits
+  // for the one running until `deadline`, then leaves it (detached).
+  void request_stop() noexcept;
+  void join_until(Clock::time_point deadline) noexcept;
 
   // Whether the calling thread is a dispatcher thread (of any device).
   static bool on_dispatcher_thread() noexcept;
@@ -56,6 +62,7 @@ class Dispatcher {
   std::vector<Item> queue_;
   bool stopping_ = false;
   RuntimeThread thread_;
+  RuntimeThread stopped_thread_;  // request_stop() moved thread_ here for join_until()
   Ref<Parker> parker_ = make_ref<Parker>();
   std::atomic<std::int64_t> expect_until_ns_{0};
 };

@@ -65,7 +65,7 @@ void DeviceContext::manual_seed(std::uint64_t seed) {
   offset_ = 0;
 }
 
-void DeviceContext::shutdown() noexcept { backend_->shutdown(); }
+void DeviceContext::shutdown(Clock::time_point deadline) noexcept { backend_->shutdown(deadline); }
 
 // --- Runtime -----------------------------------------------------------------------------
 
@@ -193,9 +193,13 @@ std::shared_ptr<StreamState> Runtime::current_stream(Device device) {
 void Runtime::shutdown() noexcept {
   if (!running_.exchange(false)) return;
   // Callbacks first: those of work failed below would run against a half-destroyed program.
-  host_dispatcher_.stop();
-  for (auto& c : contexts_) c->dispatcher().stop();
-  for (auto& c : contexts_) c->shutdown();
+  // One grace period for all the runtime's threads (not one each, one after another).
+  const Clock::time_point deadline = Clock::now() + kExitGrace;
+  host_dispatcher_.request_stop();
+  for (auto& c : contexts_) c->dispatcher().request_stop();
+  host_dispatcher_.join_until(deadline);
+  for (auto& c : contexts_) c->dispatcher().join_until(deadline);
+  for (auto& c : contexts_) c->shutdown(deadline);
 }
 
 std::shared_ptr<StreamState> exchange_current_stream(Device device,

@@ -44,8 +44,9 @@ class DeviceContext {
   std::pair<std::uint64_t, std::uint64_t> reserve_random(std::uint64_t blocks);
   void manual_seed(std::uint64_t seed);
 
-  // Stops the backend (its dispatcher is stopped by the runtime first).
-  void shutdown() noexcept;
+  // Stops the backend (its dispatcher is stopped by the runtime first), waiting for running
+  // work until `deadline`.
+  void shutdown(Clock::time_point deadline) noexcept;
 
  private:
   const Device device_;

@@ -215,3 +215,33 @@ def test_interpreter_exit_with_daemon_thread_blocked_on_user_event():
 @pytest.mark.parametrize("name", ["daemon_thread_in_event_wait", "daemon_thread_in_numpy"])
 def test_interpreter_exit_with_daemon_thread_blocked_on_work(name):
     run_exit_scenario(name)
+
+
+def test_exit_waits_one_grace_period_for_all_blocked_runtime_threads():
+    """Two callback threads (the host's, for UserEvents, and the cpu device's) each run a
+    callback that does not return: the exit waits one grace period (5 s) for both together,
+    not one after the other (issue 10: three blocked threads made it 15 s)."""
+    code = ("import eventide as ev, time\n"
+            "started = []\n"
+            "def stuck():\n"
+            "    started.append(1)\n"
+            "    time.sleep(60)\n"
+            "u = ev.UserEvent(); u.add_callback(stuck); u.set()\n"
+            "t = ev.rand(4); t.add_completion_callback(stuck)\n"
+            "while len(started) < 2: time.sleep(0.001)\n"
+            "print('bye', flush=True)\n")
+    t0 = time.monotonic()
+    p = start_child(code)
+    try:
+        out, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        pytest.fail("the interpreter hung at exit")
+    elapsed = time.monotonic() - t0
+    assert p.returncode == 0, (p.returncode, err)
+    assert "bye" in out
+    assert elapsed < 8.5, f"exit took {elapsed:.1f} s: the grace periods added up"
+    for bad in ("Fatal Python error", "terminate called", "FATAL", "Aborted"):
+        assert bad not in err, err
+

@@ -25,7 +25,9 @@ class CpuBackend final : public detail::DeviceBackend {
                                            const std::function<std::uint64_t()>& make_id) override;
   Ref<detail::Storage> allocate(std::size_t bytes, StreamState& stream) override;
   ops::Kernels& kernels() override { return *kernels_; }
-  void shutdown() noexcept override { pool_.stop(); }
+  void shutdown(std::chrono::steady_clock::time_point deadline) noexcept override {
+    pool_.stop(deadline);
+  }
 
  private:
   WorkerPool pool_;

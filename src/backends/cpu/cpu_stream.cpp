@@ -148,7 +148,7 @@ void WorkerPool::serve(CpuStream& s, Worker& w) noexcept {
   }
 }
 
-void WorkerPool::stop() noexcept {
+void WorkerPool::stop(detail::Clock::time_point deadline) noexcept {
   std::vector<detail::RuntimeThread> threads;
   {
     std::lock_guard lock(mu_);
@@ -160,7 +160,6 @@ void WorkerPool::stop() noexcept {
   }
   // Each worker fails what is queued and finishes what it runs; all stop together, so the
   // grace period is for the slowest, not the sum.
-  const auto deadline = detail::Clock::now() + detail::kExitGrace;
   for (auto& t : threads) {
     auto left = deadline - detail::Clock::now();
     t.join_for(left.count() > 0 ? left : std::chrono::nanoseconds(0));

@@ -61,13 +61,14 @@ class CpuStream final : public StreamState {
 class WorkerPool {
  public:
   WorkerPool() = default;
-  ~WorkerPool() { stop(); }
+  ~WorkerPool() { stop(detail::Clock::now() + detail::kExitGrace); }
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   // Gives `stream` a worker.
   void assign(std::shared_ptr<CpuStream> stream) noexcept;
-  void stop() noexcept;
+  // Fails what is queued, waits for what runs until `deadline`, stops the threads.
+  void stop(detail::Clock::time_point deadline) noexcept;
   // Becomes true when the pool stops: work that has not started fails instead of running.
   const std::atomic<bool>& stopping() const noexcept { return stop_; }
   // Threads started so far (for `eventide info` and the tests).

@@ -286,8 +286,8 @@ class CudaBackend final : public detail::DeviceBackend {
 
   ops::Kernels& kernels() override { return kernels_; }
 
-  void shutdown() noexcept override {
-    state_.stop();
+  void shutdown(std::chrono::steady_clock::time_point deadline) noexcept override {
+    state_.stop(deadline);
     memory_shutdown();
   }
 

@@ -445,7 +445,7 @@ void CudaDevice::watch(std::shared_ptr<CudaStream> stream) {
   parker_->unpark();
 }
 
-void CudaDevice::stop() noexcept {
+void CudaDevice::stop(detail::Clock::time_point deadline) noexcept {
   stop_.store(true);
   parker_->unpark();
   detail::RuntimeThread t;
@@ -453,7 +453,8 @@ void CudaDevice::stop() noexcept {
     std::lock_guard lock(mu_);
     t = std::move(thread_);
   }
-  t.join_for(detail::kExitGrace);
+  const auto left = deadline - detail::Clock::now();
+  t.join_for(left.count() > 0 ? left : std::chrono::nanoseconds(0));
 }
 
 void CudaDevice::check_health() noexcept {

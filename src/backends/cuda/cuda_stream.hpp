@@ -179,7 +179,8 @@ class CudaDevice {
     wakes_.fetch_add(1, std::memory_order_release);
     parker_->unpark();
   }
-  void stop() noexcept;
+  // Stops the watcher, waiting for it until `deadline`.
+  void stop(detail::Clock::time_point deadline) noexcept;
 
   // Fallback mode: the event recorded after `work`, if it is still in flight.
   cudaEvent_t done_event(const Work& work);
