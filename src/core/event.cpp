@@ -671,13 +671,33 @@ std::optional<std::size_t> wait_any(std::span<const Event> events,
   if (events.empty()) throw InvalidArgument("wait_any: the list of events is empty");
   check_not_empty(events, "wait_any");
   const detail::Deadline deadline = detail::deadline_after(timeout);
-  std::vector<std::uint64_t> finished_before(events.size());
-  for (std::size_t i = 0; i < events.size(); ++i) finished_before[i] = events[i].state()->finishes();
+  // One entry per distinct event, at its lowest index: a list may repeat one event many times,
+  // and registering with it once per copy made the wait quadratic in the copies.
+  struct Entry {
+    detail::EventState* state;
+    std::size_t index;
+    std::uint64_t finished_before;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(events.size());
+  {
+    std::vector<std::pair<detail::EventState*, std::size_t>> by_state;
+    by_state.reserve(events.size());
+    for (std::size_t i = 0; i < events.size(); ++i) by_state.emplace_back(events[i].state().get(), i);
+    std::sort(by_state.begin(), by_state.end());  // by state, then index
+    for (std::size_t i = 0; i < by_state.size(); ++i) {
+      if (i == 0 || by_state[i].first != by_state[i - 1].first) {
+        entries.push_back(Entry{by_state[i].first, by_state[i].second, by_state[i].first->finishes()});
+      }
+    }
+    std::sort(entries.begin(), entries.end(),
+              [](const Entry& a, const Entry& b) { return a.index < b.index; });
+  }
   // Finished, or finished since the call began even if recorded again since (see
   // EventState::wait_until): the lowest such index.
   auto first_finished_since = [&]() -> std::optional<std::size_t> {
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      if (events[i].poll() || events[i].state()->finishes() != finished_before[i]) return i;
+    for (const Entry& e : entries) {
+      if (e.state->poll() || e.state->finishes() != e.finished_before) return e.index;
     }
     return std::nullopt;
   };
@@ -690,11 +710,11 @@ std::optional<std::size_t> wait_any(std::span<const Event> events,
   const auto& parker = detail::this_thread_parker();
   std::size_t registered = 0;
   auto unregister = [&] {
-    for (std::size_t i = 0; i < registered; ++i) events[i].state()->remove_notifier(parker.get());
+    for (std::size_t i = 0; i < registered; ++i) entries[i].state->remove_notifier(parker.get());
   };
   std::optional<std::size_t> result;
-  for (; registered < events.size(); ++registered) {
-    if (!events[registered].state()->add_notifier(parker)) break;  // finished meanwhile
+  for (; registered < entries.size(); ++registered) {
+    if (!entries[registered].state->add_notifier(parker)) break;  // finished meanwhile
   }
   for (;;) {
     if ((result = first_finished_since())) break;

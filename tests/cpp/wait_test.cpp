@@ -312,3 +312,29 @@ TEST(WaitTest, HugeTimeoutsMeanNoLimitNotAnOverflow) {
 }
 
 }  // namespace
+
+namespace {
+
+// Regression (issue 10): wait_any over many copies of one pending event registered with it
+// once per copy and took seconds to time out (100,000 copies, 0.5 s: 4.1 s).
+TEST(WaitTest, WaitAnyOverManyCopiesOfOneEventTimesOutOnTime) {
+  run_with_deadline([] {
+    ev::UserEvent u;
+    std::vector<ev::Event> copies(100'000, u);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(ev::wait_any(copies, 100ms), std::nullopt);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_LT(took, 2s) << "timing out took "
+                        << std::chrono::duration<double>(took).count() << " s";
+    // Mixed: the lowest index of a finished event, also when it repeats.
+    ev::Event done;
+    done.record(ev::ones({1}));
+    done.wait();
+    std::vector<ev::Event> mixed{u, u, done, u, done};
+    EXPECT_EQ(ev::wait_any(mixed, 0ms), std::optional<std::size_t>(2));
+    u.set();
+    EXPECT_EQ(ev::wait_any(copies, 0ms), std::optional<std::size_t>(0));
+  });
+}
+
+}  // namespace
