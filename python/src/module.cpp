@@ -15,6 +15,7 @@
 
 #include "core/event_state.hpp"
 #include "core/runtime.hpp"
+#include "core/runtime_lock.hpp"
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
 #include "dlpack.hpp"
@@ -755,18 +756,24 @@ class DlpackStorage final : public detail::Storage {
       : Storage(data, bytes, device), managed_(managed), versioned_(versioned) {}
   ~DlpackStorage() override {
     if (!python_alive()) return;  // the producer's deleter may need the interpreter
-    PyGILState_STATE gil = PyGILState_Ensure();
+    // Not under a runtime lock (runtime_lock.hpp): the deleter takes the GIL.
     if (versioned_) {
-      auto* m = static_cast<DLManagedTensorVersioned*>(managed_);
-      if (m->deleter) m->deleter(m);
+      detail::run_when_unlocked(&release<DLManagedTensorVersioned>, managed_);
     } else {
-      auto* m = static_cast<DLManagedTensor*>(managed_);
-      if (m->deleter) m->deleter(m);
+      detail::run_when_unlocked(&release<DLManagedTensor>, managed_);
     }
-    PyGILState_Release(gil);
   }
 
  private:
+  template <class Managed>
+  static void release(void* managed) {
+    if (!python_alive()) return;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    auto* m = static_cast<Managed*>(managed);
+    if (m->deleter) m->deleter(m);
+    PyGILState_Release(gil);
+  }
+
   void* managed_;
   bool versioned_;
 };
@@ -1344,6 +1351,9 @@ PYBIND11_MODULE(_eventide, m) {
           for (Device d : which) synchronize_streams(detail::Runtime::get().context(d).live_streams());
         },
         "device"_a = py::none(), "Wait for all work on the device (every device if None).");
+  m.def("_deferred_releases", &detail::deferred_releases,
+        "How many releases of Python objects waited for their thread to let go of the "
+        "runtime's locks (tests of the rule in core/runtime_lock.hpp).");
   m.def("default_device", &default_device);
   m.def("devices", &devices);
   m.def("is_available", [](const py::object& d) {

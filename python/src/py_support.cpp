@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/profiler_state.hpp"
+#include "core/runtime_lock.hpp"
 #include "eventide/errors.hpp"
 
 namespace eventide::python {
@@ -30,12 +31,21 @@ PyObject* new_exception(py::module_& m, const char* name, PyObject* base, const 
 bool python_alive() noexcept { return !g_exiting.load(std::memory_order_acquire) && Py_IsInitialized(); }
 void mark_python_exiting() noexcept { g_exiting.store(true, std::memory_order_release); }
 
+namespace {
+void release_now(void* p) {
+  if (!python_alive()) return;  // the interpreter went away meanwhile: leaked
+  PyGILState_STATE state = PyGILState_Ensure();
+  Py_DECREF(static_cast<PyObject*>(p));
+  PyGILState_Release(state);
+}
+}  // namespace
+
 void PyHandle::reset() noexcept {
   PyObject* obj = std::exchange(obj_, nullptr);
   if (!obj || !python_alive()) return;
-  PyGILState_STATE state = PyGILState_Ensure();
-  Py_DECREF(obj);
-  PyGILState_Release(state);
+  // Taking the GIL under a runtime lock could freeze the process (runtime_lock.hpp): then the
+  // release waits until this thread holds none.
+  detail::run_when_unlocked(&release_now, obj);
 }
 
 PythonError::PythonError(py::object exc) {

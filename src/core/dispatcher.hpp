@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/runtime_lock.hpp"
 #include "core/parker.hpp"
 #include "core/runtime_thread.hpp"
 #include "eventide/detail/callback.hpp"
@@ -58,7 +59,7 @@ class Dispatcher {
   void run();
 
   std::string name_;
-  std::mutex mu_;
+  RuntimeMutex mu_;
   std::vector<Item> queue_;
   bool stopping_ = false;
   RuntimeThread thread_;

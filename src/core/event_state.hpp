@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/runtime_lock.hpp"
 #include "core/parker.hpp"
 #include "core/profiler_state.hpp"
 #include "core/small_vector.hpp"
@@ -109,7 +110,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
   struct UserPart {
     Ref<Timeline> timeline;
     Ref<Work> current;
-    std::mutex mu;  // serializes set / fail / reset / abandon
+    RuntimeMutex mu;  // serializes set / fail / reset / abandon
   };
 
   void fold_locked(const Ref<Work>& work);
@@ -140,7 +141,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
     return s == EventStatus::finished || s == EventStatus::failed;
   }
 
-  mutable std::mutex mu_;
+  mutable RuntimeMutex mu_;
   std::atomic<EventStatus> status_{EventStatus::empty};
   std::atomic<std::uint64_t> finishes_{0};
   std::vector<Ref<Work>> pending_;

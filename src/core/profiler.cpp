@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "core/runtime_lock.hpp"
 #include "core/profiler_state.hpp"
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
@@ -18,7 +19,7 @@ std::atomic<ProfilerState*> g_profiler{nullptr};
 namespace {
 
 // Guards g_profiler's changes and everything a running ProfilerState records (see the header).
-std::mutex g_profiler_mu;
+RuntimeMutex g_profiler_mu;
 
 std::atomic<std::uint64_t> g_next_event_id{1};
 

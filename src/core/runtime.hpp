@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/runtime_lock.hpp"
 #include "core/backend.hpp"
 #include "core/dispatcher.hpp"
 #include "core/stream_state.hpp"
@@ -54,7 +55,7 @@ class DeviceContext {
   Dispatcher dispatcher_;
   std::once_flag default_once_;
   std::shared_ptr<StreamState> default_stream_;
-  std::mutex mu_;
+  RuntimeMutex mu_;
   std::vector<std::weak_ptr<StreamState>> streams_;
   std::uint64_t seed_ = 0;
   std::uint64_t offset_ = 0;

@@ -30,6 +30,7 @@
 #include <string>
 #include <utility>
 
+#include "core/runtime_lock.hpp"
 #include "core/parker.hpp"
 #include "core/ref.hpp"
 #include "core/timeline.hpp"
@@ -116,7 +117,7 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   const Device device_;
   const std::uint64_t id_;
   const Ref<Timeline> timeline_;
-  mutable std::mutex submit_mu_;
+  mutable RuntimeMutex submit_mu_;
   std::uint64_t enqueued_ = 0;
   Ref<Work> last_;  // the last Work enqueued
   Ref<Work> gate_;

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/runtime_lock.hpp"
 #include "core/ref.hpp"
 
 namespace eventide::detail {
@@ -101,7 +102,7 @@ class Timeline : public RefCounted {
   // Lowest target among listeners, kNone when there are none: advance() reads it to skip the
   // lock in the common case of nobody listening.
   std::atomic<std::uint64_t> min_target_{kNone};
-  std::mutex mu_;
+  RuntimeMutex mu_;
   // A min-heap on the target.
   std::vector<std::pair<std::uint64_t, Listener*>> heap_;
 

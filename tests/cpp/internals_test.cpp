@@ -10,6 +10,8 @@
 #include "core/parker.hpp"
 #include "core/timeline.hpp"
 #include "core/work.hpp"
+#include "core/runtime_lock.hpp"
+#include "core/spin_lock.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -339,6 +341,43 @@ TEST(WorkTest, DependencyErrorsNameBothOpsAndKeepTheRootCause) {
   EXPECT_TRUE(holds<UserError>(d::root_cause(producer->error())));
   EXPECT_EQ(d::root_cause(user_error), user_error);
   EXPECT_EQ(d::describe_error(nullptr), "no error");
+}
+
+}  // namespace
+
+namespace {
+
+// The rule of core/runtime_lock.hpp: a release handed to run_when_unlocked() runs at once on
+// a thread that holds no runtime lock, and otherwise when that thread lets go of its last one.
+TEST(RuntimeLockTest, ReleasesWaitForTheLastRuntimeLockToBeLetGo) {
+  namespace d = ev::detail;
+  static int runs = 0;
+  static int locks_seen = -1;
+  auto release = [](void*) {
+    ++runs;
+    locks_seen = d::runtime_locks_held();
+  };
+  runs = 0;
+  d::run_when_unlocked(release, nullptr);
+  EXPECT_EQ(runs, 1) << "no lock held: at once";
+  d::RuntimeMutex outer, inner;
+  d::SpinLock spin;
+  const auto deferred = d::deferred_releases();
+  {
+    std::lock_guard a(outer);
+    {
+      std::lock_guard b(inner);
+      std::lock_guard c(spin);
+      EXPECT_EQ(d::runtime_locks_held(), 3);
+      d::run_when_unlocked(release, nullptr);
+      d::run_when_unlocked(release, nullptr);
+    }
+    EXPECT_EQ(runs, 1) << "ran while a runtime lock was still held";
+  }
+  EXPECT_EQ(runs, 3) << "did not run when the last runtime lock was let go";
+  EXPECT_EQ(locks_seen, 0);
+  EXPECT_EQ(d::deferred_releases(), deferred + 2);
+  EXPECT_EQ(d::runtime_locks_held(), 0);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/runtime_lock.hpp"
 #include "core/parker.hpp"
 #include "core/runtime_thread.hpp"
 #include "core/stream_state.hpp"
@@ -51,7 +52,7 @@ class CpuStream final : public StreamState {
   bool try_detach() noexcept;
 
   WorkerPool& pool_;
-  std::mutex mu_;
+  detail::RuntimeMutex mu_;
   Work* head_ = nullptr;
   Work* tail_ = nullptr;
   bool scheduled_ = false;   // a worker serves it, or it waits for one
@@ -84,7 +85,7 @@ class WorkerPool {
   void run(Worker& w) noexcept;
   void serve(CpuStream& s, Worker& w) noexcept;
 
-  std::mutex mu_;
+  detail::RuntimeMutex mu_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<Worker*> idle_;
   std::deque<std::shared_ptr<CpuStream>> waiting_;  // no thread could be started for them

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_memory.hpp"
+#include "core/runtime_lock.hpp"
 #include "core/parker.hpp"
 #include "core/runtime_thread.hpp"
 #include "core/stream_state.hpp"
@@ -142,13 +143,13 @@ class CudaStream final : public detail::StreamState {
   detail::Ref<Storage> workspace_;
 
   // Launches are serialized (submit's direct ones and the watcher's releases) in seq order.
-  std::mutex launch_mu_;
+  detail::RuntimeMutex launch_mu_;
   std::deque<detail::Ref<Work>> held_;
   std::atomic<std::size_t> held_count_{0};
   std::atomic<bool> release_due_{false};
   std::uint64_t last_seq_ = 0;  // the last work submitted (held or launched)
 
-  std::mutex inflight_mu_;
+  detail::RuntimeMutex inflight_mu_;
   std::deque<InFlight> inflight_;
   // The sequence number of the oldest work in flight (kNoneInFlight: none), for retire()'s
   // look without the lock. Written under inflight_mu_.
@@ -197,7 +198,7 @@ class CudaDevice {
   cudaDeviceProp props_{};
   bool mem_ops_ = false;
 
-  mutable std::mutex mu_;
+  mutable detail::RuntimeMutex mu_;
   std::exception_ptr broken_;
   std::atomic<bool> is_broken_{false};  // broken_ is set: broken()'s look without mu_
   std::vector<std::shared_ptr<CudaStream>> watched_;

@@ -1,3 +1,4 @@
+#include "core/runtime_lock.hpp"
 #include "backends/cuda/cuda_timing.hpp"
 
 #include <cupti.h>
@@ -53,7 +54,7 @@ struct Timing::Impl {
     int device = 0;
   };
 
-  std::mutex mu;
+  detail::RuntimeMutex mu;
   std::unordered_map<std::uint64_t, Entry> entries;  // by our correlation id
   std::unordered_map<const Work*, std::uint64_t> ids;
   std::unordered_map<std::uint32_t, std::uint64_t> by_correlation;  // CUPTI's id -> ours

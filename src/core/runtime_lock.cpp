@@ -1,0 +1,52 @@
+#include "core/runtime_lock.hpp"
+
+#include <atomic>
+#include <utility>
+#include <vector>
+
+namespace eventide::detail {
+
+namespace {
+
+struct Deferred {
+  void (*fn)(void*);
+  void* arg;
+};
+
+thread_local std::vector<Deferred>* tls_deferred = nullptr;  // created at first use
+std::atomic<std::uint64_t> g_deferred_count{0};
+
+}  // namespace
+
+[[gnu::tls_model("initial-exec")]] thread_local int tls_runtime_lock_depth = 0;
+[[gnu::tls_model("initial-exec")]] thread_local bool tls_runtime_releases_pending = false;
+
+void run_deferred_releases() noexcept {
+  if (!tls_runtime_releases_pending) return;
+  // Each may release more (which then runs at once: no lock is held here).
+  while (!tls_deferred->empty()) {
+    Deferred d = tls_deferred->back();
+    tls_deferred->pop_back();
+    d.fn(d.arg);
+  }
+  tls_runtime_releases_pending = false;
+}
+
+void run_when_unlocked(void (*fn)(void*), void* arg) noexcept {
+  if (tls_runtime_lock_depth == 0) {
+    fn(arg);
+    return;
+  }
+  try {
+    if (!tls_deferred) tls_deferred = new std::vector<Deferred>();  // one per thread, kept
+    tls_deferred->push_back(Deferred{fn, arg});
+    tls_runtime_releases_pending = true;
+    g_deferred_count.fetch_add(1, std::memory_order_relaxed);
+  } catch (...) {
+    // Out of memory: leaked, never released under a lock.
+  }
+}
+
+std::uint64_t deferred_releases() noexcept { return g_deferred_count.load(std::memory_order_relaxed); }
+
+}  // namespace eventide::detail
