@@ -83,7 +83,9 @@ Shape to_shape(const py::tuple& args, const char* fn) {
                             py::repr(h).cast<std::string>());
     }
     int overflow = 0;
-    const long long v = PyLong_AsLongLongAndOverflow(py::reinterpret_steal<py::object>(PyNumber_Index(h.ptr())).ptr(), &overflow);
+    py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(h.ptr()));
+    if (!index) throw py::error_already_set();  // its __index__ raised
+    const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
     if (overflow != 0) {
       throw InvalidArgument(std::string(fn) + ": the shape entry " + py::repr(h).cast<std::string>() +
                             " does not fit in 64 bits");
@@ -271,7 +273,9 @@ std::optional<std::intptr_t> as_handle(const py::handle& h) {
   if (PyLong_Check(h.ptr())) return h.cast<std::intptr_t>();
   if (py::hasattr(h, "value")) return as_handle(h.attr("value"));  // ctypes.c_void_p
   if (py::hasattr(h, "__int__") && !PyFloat_Check(h.ptr())) {      // cuda.bindings' CUstream
-    return py::reinterpret_steal<py::object>(PyNumber_Long(h.ptr())).cast<std::intptr_t>();
+    py::object number = py::reinterpret_steal<py::object>(PyNumber_Long(h.ptr()));
+    if (!number) throw py::error_already_set();  // its __int__ raised
+    return number.cast<std::intptr_t>();
   }
   return std::nullopt;
 }

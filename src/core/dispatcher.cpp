@@ -95,8 +95,7 @@ void Dispatcher::join_until(Clock::time_point deadline) noexcept {
     std::lock_guard lock(mu_);
     thread = std::move(stopped_thread_);
   }
-  const auto left = deadline - Clock::now();
-  thread.join_for(left.count() > 0 ? left : std::chrono::nanoseconds(0));
+  thread.join_until(deadline);
 }
 
 void Dispatcher::run() {

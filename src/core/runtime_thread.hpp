@@ -42,13 +42,16 @@ class RuntimeThread {
 
   bool joinable() const noexcept { return thread_.joinable(); }
 
-  void join_for(std::chrono::nanoseconds timeout) noexcept {
+  void join_for(std::chrono::nanoseconds timeout) noexcept { join_until(deadline_after(timeout)); }
+
+  // Joins if the thread finishes by `deadline` (nullopt: however long it takes), else detaches
+  // it. Several threads stopped together share one deadline this way.
+  void join_until(const Deadline& deadline) noexcept {
     if (!thread_.joinable()) return;
     if (thread_.get_id() == std::this_thread::get_id()) {
       thread_.detach();  // asked to stop from its own code: it ends when that returns
       return;
     }
-    const Deadline deadline = deadline_after(timeout);
     while (done_->load(std::memory_order_acquire) == 0 && !expired(deadline)) {
       futex_wait(*done_, 0, deadline);
     }

@@ -160,10 +160,7 @@ void WorkerPool::stop(detail::Clock::time_point deadline) noexcept {
   }
   // Each worker fails what is queued and finishes what it runs; all stop together, so the
   // grace period is for the slowest, not the sum.
-  for (auto& t : threads) {
-    auto left = deadline - detail::Clock::now();
-    t.join_for(left.count() > 0 ? left : std::chrono::nanoseconds(0));
-  }
+  for (auto& t : threads) t.join_until(deadline);
 }
 
 std::size_t WorkerPool::thread_count() {

@@ -453,8 +453,7 @@ void CudaDevice::stop(detail::Clock::time_point deadline) noexcept {
     std::lock_guard lock(mu_);
     t = std::move(thread_);
   }
-  const auto left = deadline - detail::Clock::now();
-  t.join_for(left.count() > 0 ? left : std::chrono::nanoseconds(0));
+  t.join_until(deadline);
 }
 
 void CudaDevice::check_health() noexcept {

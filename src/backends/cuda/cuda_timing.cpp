@@ -1,4 +1,3 @@
-#include "core/runtime_lock.hpp"
 #include "backends/cuda/cuda_timing.hpp"
 
 #include <cupti.h>
@@ -10,11 +9,13 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
+#include "core/runtime_lock.hpp"
 
 namespace eventide::backends::cuda {
 
@@ -272,10 +273,10 @@ Timing::Timing() : impl_(new Impl()), mode_(mode_from_env()) {
   if (mode_ == Mode::cupti) {
     impl_->why = start_cupti();
     if (impl_->why.empty()) {
-      // CUPTI's first records set up its buffers, which takes a while: done here, so that the
-      // first op or marker timed does not carry it.
+      // CUPTI sets up its buffers with its first records, which takes a while: a traced call
+      // and a flush here, so that the first op or marker timed does not carry it.
       int device = 0;
-      cudaGetDevice(&device);
+      (void)cudaGetDevice(&device);
       cuptiActivityFlushAll(0);
     }
     if (!impl_->why.empty()) {
@@ -304,7 +305,7 @@ class CudaStamp final : public detail::Stamp {
  public:
   CudaStamp(Timing::Impl& impl, int device, cudaEvent_t event) noexcept
       : impl_(impl), device_(device), event_(event) {}
-  ~CudaStamp() override { give_back(impl_, device_, event_); }
+  ~CudaStamp() override { impl_.give_stamp(device_, event_); }
 
   std::optional<double> ns_until(const detail::Stamp& later) const noexcept override {
     auto* other = dynamic_cast<const CudaStamp*>(&later);
@@ -321,18 +322,12 @@ class CudaStamp final : public detail::Stamp {
   cudaEvent_t event() const noexcept { return event_; }
 
  private:
-  static void give_back(Timing::Impl& impl, int device, cudaEvent_t ev) noexcept;
-
   Timing::Impl& impl_;
   const int device_;
   const cudaEvent_t event_;
 };
 
 }  // namespace
-
-void CudaStamp::give_back(Timing::Impl& impl, int device, cudaEvent_t ev) noexcept {
-  impl.give_stamp(device, ev);
-}
 
 detail::Ref<detail::Stamp> Timing::stamp(int device, cudaStream_t stream) {
   if (mode_ == Mode::off) return nullptr;
@@ -419,43 +414,39 @@ Timing::Impl::Anchor* calibrated_anchor(Timing& timing, Timing::Impl& impl, int 
 
 void Timing::time_marker(Work& work) {
   const auto* stamp = static_cast<const CudaStamp*>(work.stamp().get());
-  if (mode_ == Mode::off || !stamp) {
-    work.finish_timing();
-    return;
-  }
-  float ms = 0;
+  // Milliseconds from `from` to the marker's event; nullopt if CUDA cannot say.
+  auto elapsed_from = [&](cudaEvent_t from) -> std::optional<float> {
+    float ms = 0;
+    if (from && cudaEventElapsedTime(&ms, from, stamp->event()) == cudaSuccess) return ms;
+    (void)cudaGetLastError();
+    return std::nullopt;
+  };
+  std::optional<float> ms;
   std::int64_t base = 0;
-  if (mode_ == Mode::events) {
+  if (mode_ == Mode::off || !stamp) {
+    // no time
+  } else if (mode_ == Mode::events) {
     std::lock_guard lock(impl_->mu);
-    cudaEvent_t ref = impl_->reference_of(stamp->device());
-    if (!ref || cudaEventElapsedTime(&ms, ref, stamp->event()) != cudaSuccess) {
-      (void)cudaGetLastError();
-      work.finish_timing();
-      return;
-    }
+    ms = elapsed_from(impl_->reference_of(stamp->device()));
   } else {
     std::lock_guard lock(impl_->calibration_mu);
     Impl::Anchor* anchor = calibrated_anchor(*this, *impl_, stamp->device());
-    if (!anchor || cudaEventElapsedTime(&ms, anchor->event, stamp->event()) != cudaSuccess) {
-      (void)cudaGetLastError();
-      work.finish_timing();
-      return;
-    }
-    if (std::abs(ms) > kAnchorReachMs && detail::host_now_ns() - anchor->made_host_ns > kAnchorAgeNs) {
+    if (anchor) ms = elapsed_from(anchor->event);
+    if (ms && std::abs(*ms) > kAnchorReachMs &&
+        detail::host_now_ns() - anchor->made_host_ns > kAnchorAgeNs) {
       // Far from the anchor: float milliseconds lose precision; measure from a new one.
       anchor = calibrate(*this, *impl_, stamp->device());
-      if (!anchor || cudaEventElapsedTime(&ms, anchor->event, stamp->event()) != cudaSuccess) {
-        (void)cudaGetLastError();
-        work.finish_timing();
-        return;
-      }
+      ms = anchor ? elapsed_from(anchor->event) : std::nullopt;
     }
-    base = anchor->cupti_ns;
+    if (anchor) base = anchor->cupti_ns;
   }
-  const std::int64_t ns = base + static_cast<std::int64_t>(static_cast<double>(ms) * 1e6);
+  if (!ms) {
+    work.finish_timing();
+    return;
+  }
+  const std::int64_t ns = base + static_cast<std::int64_t>(static_cast<double>(*ms) * 1e6);
   work.set_times(ns, ns);
 }
-
 
 Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
     : timing_(timing), work_(work), stream_(stream) {
