@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio as _asyncio
 import contextlib as _contextlib
+import os as _os
 from typing import Any, Iterable, Optional, Sequence
 
 from ._eventide import (  # noqa: F401  (re-exported)
@@ -72,6 +73,11 @@ from ._eventide import (  # noqa: F401  (re-exported)
     zeros,
 )
 from . import _eventide
+
+# fork() (os.fork, multiprocessing's fork start method) first lets running CPU ops finish, for
+# up to 2 s, with the GIL released; the child then has a working CPU runtime (see
+# docs/GUARANTEES.md, "fork").
+_os.register_at_fork(before=_eventide._pause_for_fork, after_in_parent=_eventide._resume_after_fork)
 
 __all__ = [
     "Device", "DeviceError", "Event", "EventideError", "EventStateError", "InvalidArgumentError",

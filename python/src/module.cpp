@@ -1358,6 +1358,14 @@ PYBIND11_MODULE(_eventide, m) {
   m.def("_deferred_releases", &detail::deferred_releases,
         "How many releases of Python objects waited for their thread to let go of the "
         "runtime's locks (tests of the rule in core/runtime_lock.hpp).");
+  // os.fork(): waits (GIL released: a running op's body may need it) for running CPU ops, up
+  // to detail::kForkGrace, before the interpreter forks (the runtime's pthread_atfork
+  // handlers do the rest). Registered with os.register_at_fork by the package.
+  m.def("_pause_for_fork", [] {
+    py::gil_scoped_release unlocked;
+    detail::Runtime::pause_for_fork();
+  });
+  m.def("_resume_after_fork", [] { detail::Runtime::resume_after_fork_pause(); });
   m.def("default_device", &default_device);
   m.def("devices", &devices);
   m.def("is_available", [](const py::object& d) {

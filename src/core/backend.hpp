@@ -44,6 +44,18 @@ class DeviceBackend {
   // where the device has that), freed when the last reference goes. DeviceError if it cannot.
   virtual Ref<Storage> allocate(std::size_t bytes, StreamState& stream) = 0;
   virtual ops::Kernels& kernels() = 0;
+  // fork() (see Runtime). Before it the device quiesces: host work stops starting, and the
+  // caller waits until `deadline` for what runs (calls nest); with `hold` (pthread_atfork's
+  // prepare step) it also holds its locks until after the fork, so that the child finds them
+  // free. After it, the parent goes on (`held`: the locks taken by before_fork are let go);
+  // the child gets a working device (true), or a device it may not use (false: a GPU, since
+  // CUDA does not survive fork), whose work from before the fork then fails.
+  virtual void before_fork(std::chrono::steady_clock::time_point deadline, bool hold) noexcept {
+    (void)deadline;
+    (void)hold;
+  }
+  virtual void after_fork_in_parent(bool held) noexcept { (void)held; }
+  virtual bool after_fork_in_child() noexcept { return true; }
   // Process exit: fail the work still queued, let running work finish until `deadline` (the
   // whole runtime's grace period), stop threads.
   virtual void shutdown(std::chrono::steady_clock::time_point deadline) noexcept = 0;

@@ -3,11 +3,13 @@
 #include <cxxabi.h>
 
 #include <cstdio>
+#include <system_error>
 #include <utility>
 
 #include "core/event_state.hpp"
 #include "core/profiler_state.hpp"
 #include "core/work.hpp"
+#include "eventide/errors.hpp"
 #include "eventide/runtime.hpp"
 
 namespace eventide {
@@ -58,9 +60,30 @@ void Dispatcher::post(Callback fn, std::shared_ptr<const EventState> source) {
     std::lock_guard lock(mu_);
     if (stopping_) return;  // process exit: see the header
     queue_.push_back(Item{std::move(fn), std::move(source)});
-    if (!thread_.joinable()) thread_ = RuntimeThread([this] { run(); });
+    if (!thread_.joinable()) {
+      try {
+        thread_ = RuntimeThread([this] { run(); });
+        started_.store(true, std::memory_order_release);
+      } catch (const std::system_error&) {
+        // Queued all the same: see the header.
+      }
+    }
   }
   parker_->unpark();
+}
+
+void Dispatcher::ensure_thread() {
+  if (started_.load(std::memory_order_acquire)) [[likely]] return;
+  std::lock_guard lock(mu_);
+  if (thread_.joinable() || stopping_) return;
+  try {
+    thread_ = RuntimeThread([this] { run(); });
+    started_.store(true, std::memory_order_release);
+  } catch (const std::system_error& e) {
+    throw DeviceError("cannot start the thread that runs the callbacks of " + name_ + " (" +
+                          e.what() + "): the process is at its thread limit",
+                      "pthread_create", e.code().value());
+  }
 }
 
 namespace {
@@ -96,6 +119,25 @@ void Dispatcher::join_until(Clock::time_point deadline) noexcept {
     thread = std::move(stopped_thread_);
   }
   thread.join_until(deadline);
+}
+
+void Dispatcher::before_fork() noexcept { mu_.lock(); }
+
+void Dispatcher::after_fork(bool child) noexcept {
+  if (child) {
+    thread_.abandon();
+    stopped_thread_.abandon();
+    started_.store(false, std::memory_order_release);
+    if (!queue_.empty()) {
+      try {
+        thread_ = RuntimeThread([this] { run(); });
+        started_.store(true, std::memory_order_release);
+      } catch (...) {
+        // No thread: the next post() tries again.
+      }
+    }
+  }
+  mu_.unlock();
 }
 
 void Dispatcher::run() {

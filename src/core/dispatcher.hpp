@@ -34,8 +34,12 @@ class Dispatcher {
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
-  // Queues `fn`; `source` names it if it throws.
+  // Queues `fn`; `source` names it if it throws. If the thread cannot start (the process is
+  // at its thread limit), it stays queued for the next post() to try again.
   void post(Callback fn, std::shared_ptr<const EventState> source);
+  // Starts the thread if it has not started: DeviceError if the OS refuses. Adding a callback
+  // calls it first, so that a callback is never accepted that no thread could run.
+  void ensure_thread();
   // A callback was just added to pending work: the thread keeps spinning (yielding) for a
   // while instead of going to sleep, so that a callback due soon runs without the wake-up of
   // a sleeping thread (5 to 15 µs).
@@ -47,6 +51,11 @@ class Dispatcher {
   // for the one running until `deadline`, then leaves it (detached).
   void request_stop() noexcept;
   void join_until(Clock::time_point deadline) noexcept;
+
+  // fork(): the queue's lock is held across it; in the child, whose copy of the thread is
+  // gone, a new thread starts with the next callback (those queued run there too).
+  void before_fork() noexcept;
+  void after_fork(bool child) noexcept;
 
   // Whether the calling thread is a dispatcher thread (of any device).
   static bool on_dispatcher_thread() noexcept;
@@ -64,6 +73,7 @@ class Dispatcher {
   bool stopping_ = false;
   RuntimeThread thread_;
   RuntimeThread stopped_thread_;  // request_stop() moved thread_ here for join_until()
+  std::atomic<bool> started_{false};  // thread_ has started: ensure_thread()'s look without mu_
   Ref<Parker> parker_ = make_ref<Parker>();
   std::atomic<std::int64_t> expect_until_ns_{0};
 };

@@ -323,6 +323,7 @@ bool EventState::wait_pending(const Deadline& deadline, std::uint64_t finished_b
   const Ref<Parker>& parker = this_thread_parker();
   if (!add_notifier(parker)) return true;
   WaitPacer pacer(device_written);
+  BlockingRegion blocking;  // a pool thread lets its pool run other work meanwhile
   for (;;) {
     // A completion wakes this waiter even if the event was recorded again before it ran
     // (notifiers are handed over at each completion, so it would not be woken again).
@@ -389,6 +390,8 @@ void EventState::reset() {
 }
 
 void EventState::add_callback(Callback fn) {
+  // Accepted only if a thread can run it: DeviceError at the process's thread limit.
+  Runtime::get().dispatcher(device()).ensure_thread();
   Actions actions;
   {
     std::lock_guard lock(mu_);
@@ -716,6 +719,7 @@ std::optional<std::size_t> wait_any(std::span<const Event> events,
   for (; registered < entries.size(); ++registered) {
     if (!entries[registered].state->add_notifier(parker)) break;  // finished meanwhile
   }
+  detail::BlockingRegion blocking;  // a pool thread lets its pool run other work meanwhile
   for (;;) {
     if ((result = first_finished_since())) break;
     if (detail::expired(deadline)) break;

@@ -115,6 +115,20 @@ void Parker::unpark() noexcept {
   if (state_.exchange(kNotified, std::memory_order_release) == kParked) futex_wake_one(state_);
 }
 
+namespace {
+thread_local BlockingObserver* tls_blocking_observer = nullptr;
+}  // namespace
+
+void set_blocking_observer(BlockingObserver* observer) noexcept { tls_blocking_observer = observer; }
+
+BlockingRegion::BlockingRegion() noexcept : observer_(tls_blocking_observer) {
+  if (observer_) observer_->blocking_begins();
+}
+
+BlockingRegion::~BlockingRegion() {
+  if (observer_) observer_->blocking_ends();
+}
+
 const Ref<Parker>& this_thread_parker() {
   thread_local const Ref<Parker> parker = make_ref<Parker>();
   return parker;

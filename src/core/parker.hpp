@@ -88,6 +88,34 @@ class WaitPacer {
 // that fires after its waiter gave up only makes one spurious wake-up.
 const Ref<Parker>& this_thread_parker();
 
+// A bounded thread pool (the CPU backend's) runs op bodies that may themselves block in a
+// runtime wait (a body that waits for an event, a tensor or a stream). Its threads install an
+// observer; each runtime wait that is about to sleep opens a BlockingRegion, which tells the
+// observer, so that the pool can start another thread meanwhile: otherwise a pool whose every
+// thread waits for work that needs a thread would never finish it. Threads without an
+// observer (the user's) pay one thread-local load.
+class BlockingObserver {
+ public:
+  virtual void blocking_begins() noexcept = 0;
+  virtual void blocking_ends() noexcept = 0;
+
+ protected:
+  ~BlockingObserver() = default;
+};
+// Sets the calling thread's observer (null: none).
+void set_blocking_observer(BlockingObserver* observer) noexcept;
+
+class BlockingRegion {
+ public:
+  BlockingRegion() noexcept;
+  ~BlockingRegion();
+  BlockingRegion(const BlockingRegion&) = delete;
+  BlockingRegion& operator=(const BlockingRegion&) = delete;
+
+ private:
+  BlockingObserver* observer_;
+};
+
 // How long park() spins before it sleeps. EVENTIDE_SPIN_US overrides it (0: never spin).
 std::chrono::nanoseconds spin_duration() noexcept;
 

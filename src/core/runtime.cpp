@@ -1,5 +1,7 @@
 #include "core/runtime.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -81,6 +83,23 @@ struct ShutdownAtExit {
   }
 };
 
+// pthread_atfork may hold the handlers twice (register_fork_handlers): the outermost call of
+// each step acts. Per thread: the forking thread runs all three (the child, as its only one).
+thread_local int tls_fork_nesting = 0;
+
+void on_fork_prepare() {
+  if (tls_fork_nesting++ > 0) return;
+  if (Runtime* r = g_runtime.load()) r->prepare_fork();
+}
+void on_fork_parent() {
+  if (--tls_fork_nesting > 0) return;
+  if (Runtime* r = g_runtime.load()) r->after_fork(/*child=*/false);
+}
+void on_fork_child() {
+  if (--tls_fork_nesting > 0) return;
+  if (Runtime* r = g_runtime.load()) r->after_fork(/*child=*/true);
+}
+
 thread_local std::vector<std::pair<Device, std::shared_ptr<StreamState>>> tls_current;
 thread_local std::optional<Device> tls_block_device;
 
@@ -92,6 +111,7 @@ Runtime& Runtime::get() {
     auto* r = new Runtime();
     g_runtime.store(r);
     static ShutdownAtExit at_exit;
+    register_fork_handlers();
     return r;
   }();
   return *runtime;
@@ -111,19 +131,29 @@ void Runtime::check_running() const {
 
 DeviceContext* Runtime::find(Device device) noexcept {
   for (auto& c : contexts_) {
-    if (c->device() == device) return c.get();
+    if (c->device() == device && !c->lost_in_fork()) return c.get();
   }
   return nullptr;
 }
 
 DeviceContext& Runtime::context(Device device) {
   if (DeviceContext* c = find(device)) return *c;
+  for (auto& c : contexts_) {
+    if (c->device() == device) {
+      throw StateError(device.str() + " cannot be used in this process: it is the child of a fork() "
+                       "of a process that had started using it, and CUDA does not survive fork. "
+                       "Start the child with the 'spawn' or 'forkserver' method, or fork before "
+                       "the first use of the GPU");
+    }
+  }
   throw InvalidArgument("device " + device.str() + " is not available: " + why_unavailable(device));
 }
 
 std::vector<Device> Runtime::devices() const {
   std::vector<Device> out;
-  for (const auto& c : contexts_) out.push_back(c->device());
+  for (const auto& c : contexts_) {
+    if (!c->lost_in_fork()) out.push_back(c->device());
+  }
   return out;
 }
 
@@ -199,8 +229,56 @@ void Runtime::shutdown() noexcept {
   for (auto& c : contexts_) c->dispatcher().request_stop();
   host_dispatcher_.join_until(deadline);
   for (auto& c : contexts_) c->dispatcher().join_until(deadline);
-  for (auto& c : contexts_) c->shutdown(deadline);
+  for (auto& c : contexts_) {
+    // A device lost in a fork has no threads here to stop, and its API may not be called.
+    if (!c->lost_in_fork()) c->shutdown(deadline);
+  }
 }
+
+void Runtime::prepare_fork() noexcept {
+  const Clock::time_point deadline = Clock::now() + kForkGrace;
+  for (auto& c : contexts_) {
+    if (!c->lost_in_fork()) c->backend().before_fork(deadline, /*hold=*/true);
+  }
+  host_dispatcher_.before_fork();
+  for (auto& c : contexts_) c->dispatcher().before_fork();
+}
+
+void Runtime::after_fork(bool child) noexcept {
+  host_dispatcher_.after_fork(child);
+  for (auto& c : contexts_) c->dispatcher().after_fork(child);
+  // The CPU first: in the child, a GPU's failed work may resume CPU streams, whose pool must
+  // be in order by then.
+  for (bool cpu : {true, false}) {
+    for (auto& c : contexts_) {
+      if (c->lost_in_fork() || (c->device() == Device::cpu()) != cpu) continue;
+      if (!child) {
+        c->backend().after_fork_in_parent(/*held=*/true);
+      } else if (!c->backend().after_fork_in_child()) {
+        c->set_lost_in_fork();
+      }
+    }
+  }
+}
+
+void Runtime::pause_for_fork() noexcept {
+  Runtime* r = g_runtime.load();
+  if (!r) return;
+  const Clock::time_point deadline = Clock::now() + kForkGrace;
+  for (auto& c : r->contexts_) {
+    if (!c->lost_in_fork()) c->backend().before_fork(deadline, /*hold=*/false);
+  }
+}
+
+void Runtime::resume_after_fork_pause() noexcept {
+  Runtime* r = g_runtime.load();
+  if (!r) return;
+  for (auto& c : r->contexts_) {
+    if (!c->lost_in_fork()) c->backend().after_fork_in_parent(/*held=*/false);
+  }
+}
+
+void register_fork_handlers() noexcept { pthread_atfork(&on_fork_prepare, &on_fork_parent, &on_fork_child); }
 
 std::shared_ptr<StreamState> exchange_current_stream(Device device,
                                                      std::shared_ptr<StreamState> stream) noexcept {

@@ -49,6 +49,10 @@ class DeviceContext {
   // work until `deadline`.
   void shutdown(Clock::time_point deadline) noexcept;
 
+  // In the child of a fork(): the device cannot be used there (DeviceBackend::after_fork_in_child).
+  bool lost_in_fork() const noexcept { return lost_in_fork_; }
+  void set_lost_in_fork() noexcept { lost_in_fork_ = true; }
+
  private:
   const Device device_;
   std::unique_ptr<DeviceBackend> backend_;
@@ -59,6 +63,7 @@ class DeviceContext {
   std::vector<std::weak_ptr<StreamState>> streams_;
   std::uint64_t seed_ = 0;
   std::uint64_t offset_ = 0;
+  bool lost_in_fork_ = false;
 };
 
 class Runtime {
@@ -86,6 +91,20 @@ class Runtime {
 
   void shutdown() noexcept;
 
+  // fork(). pthread_atfork's three steps (registered when the runtime starts; see
+  // register_fork_handlers): before it, every device quiesces (running CPU ops get kFork-
+  // Grace to finish, none starts) and holds its locks; after it, the parent goes on, and the
+  // child gets a working CPU (work queued before the fork runs there too; an op whose body
+  // was still running fails) and loses the GPUs (CUDA does not survive fork: using one is a
+  // StateError, and their work from before the fork fails).
+  void prepare_fork() noexcept;
+  void after_fork(bool child) noexcept;
+  // The quiescing step alone, for a caller that must wait with other locks let go (Python
+  // waits for ops whose bodies need the GIL); resume_after_fork_pause() undoes it in the
+  // parent. No-ops if the runtime has not started.
+  static void pause_for_fork() noexcept;
+  static void resume_after_fork_pause() noexcept;
+
  private:
   Runtime();
 
@@ -97,6 +116,15 @@ class Runtime {
   std::optional<Device> default_device_;
   std::exception_ptr default_device_error_;
 };
+
+// How long fork() waits for running CPU ops before it goes ahead.
+inline constexpr std::chrono::seconds kForkGrace{2};
+
+// Registers the runtime's pthread_atfork handlers (again): fork's prepare handlers run last
+// registered first, so a library loaded after the runtime started (OpenBLAS, whose own
+// handler hangs if a matmul runs) calls this after loading, for the runtime to quiesce before
+// that library's handler runs. The handlers act once per fork however often registered.
+void register_fork_handlers() noexcept;
 
 // Sets the calling thread's current stream for `device` (null: back to the default stream)
 // and returns the previous setting. Needs no runtime (it runs in StreamGuard destructors).

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <thread>
 #include <utility>
 
@@ -43,6 +44,12 @@ class RuntimeThread {
   bool joinable() const noexcept { return thread_.joinable(); }
 
   void join_for(std::chrono::nanoseconds timeout) noexcept { join_until(deadline_after(timeout)); }
+
+  // Forgets the thread without joining or detaching it: for the child of a fork(), where the
+  // thread does not exist (its handle is leaked on purpose).
+  void abandon() noexcept {
+    if (thread_.joinable()) (void)new (std::nothrow) std::thread(std::move(thread_));
+  }
 
   // Joins if the thread finishes by `deadline` (nullopt: however long it takes), else detaches
   // it. Several threads stopped together share one deadline this way.

@@ -167,6 +167,7 @@ bool wait_for_pending_fence(Timeline& timeline, std::uint64_t seq, const Deadlin
   const Ref<Parker>& parker = this_thread_parker();
   timeline.listen(seq, std::make_unique<UnparkListener>(parker));
   WaitPacer pacer(timeline.device_written());
+  BlockingRegion blocking;  // a pool thread lets its pool run other work meanwhile
   while (!timeline.passed(seq)) {
     if (expired(deadline)) return false;
     pacer.park(*parker, deadline);
@@ -189,18 +190,14 @@ bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadl
   return done;
 }
 
-void execute_work(Work& work, const Ref<Parker>& parker, const std::atomic<bool>& stop) noexcept {
-  // When the stream reached a wait: only the profiler draws it (see below).
-  const std::int64_t reached = !work.timed() && profiling() ? host_now_ns() : 0;
-  // Dependencies on other timelines (same-timeline ones are done: streams run in order).
+const Dep* first_pending_dep(const Work& work) noexcept {
   for (const Dep& dep : work.deps()) {
-    Timeline& t = dep.work->timeline();
-    const std::uint64_t seq = dep.work->seq();
-    if (t.passed(seq)) continue;
-    t.listen(seq, std::make_unique<UnparkListener>(parker));
-    while (!t.passed(seq) && !stop.load(std::memory_order_acquire)) parker->park();
-    if (!t.passed(seq)) break;  // shutting down
+    if (!dep.work->done()) return &dep;
   }
+  return nullptr;
+}
+
+void run_work(Work& work, const std::atomic<bool>& stop) noexcept {
   if (!work.error()) {
     if (stop.load(std::memory_order_acquire)) {
       work.set_error(std::make_exception_ptr(
@@ -212,9 +209,9 @@ void execute_work(Work& work, const Ref<Parker>& parker, const std::atomic<bool>
   std::int64_t start = host_now_ns();
   std::int64_t end = start;
   // A wait has no device time of its own; under the profiler its times say how long it held
-  // the stream: from when the stream reached it to when what it waited for had finished.
-  // Ops are timed from when their dependencies had finished.
-  if (reached != 0) start = reached;
+  // the stream: from when the stream reached it (set_reached) to when what it waited for had
+  // finished. Ops are timed from when their dependencies had finished.
+  if (!work.timed() && work.start_ns() != 0) start = work.start_ns();
   if (!work.error() && work.body()) {
     set_running_work(&work);
     try {

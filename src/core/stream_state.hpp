@@ -129,10 +129,14 @@ std::string stream_name(Device device, std::uint64_t id);
 // Blocks until `timeline` passes `seq`, or the deadline (false).
 bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline);
 
-// Runs a Work the way every host-executed backend does: waits for its deps (parking `parker`
-// while one is outstanding, giving up when `stop` becomes true), fails it if one failed,
-// else runs its body with timing; then releases its execution state and advances its
-// timeline. `now_ns` is the device clock.
-void execute_work(Work& work, const Ref<Parker>& parker, const std::atomic<bool>& stop) noexcept;
+// The first dependency of `work` whose fence has not passed, else null. (Those on the work's
+// own timeline have: a stream runs its work in order.)
+const Dep* first_pending_dep(const Work& work) noexcept;
+
+// Runs a Work the way every host-executed backend does, once its dependencies have passed (or
+// `stop` is true): fails it if one of them failed or `stop` is true ("the runtime shut
+// down"), else runs its body with timing; then releases its execution state and advances its
+// timeline.
+void run_work(Work& work, const std::atomic<bool>& stop) noexcept;
 
 }  // namespace eventide::detail

@@ -119,6 +119,11 @@ class Work final : public RefCounted {
     has_times_.store(true, std::memory_order_relaxed);
     timing_known_.store(true, std::memory_order_release);
   }
+  // When a host-run stream reached this work but had to wait for its dependencies (for the
+  // profiler's drawing of a wait): kept in start_ns until set_times().
+  void set_reached(std::int64_t ns) noexcept {
+    if (start_ns_.load(std::memory_order_relaxed) == 0) start_ns_.store(ns, std::memory_order_relaxed);
+  }
   // Times arriving piece by piece (one per kernel of a GPU op): the earliest start and the
   // latest end are kept. finish_timing() makes them final.
   void merge_times(std::int64_t start_ns, std::int64_t end_ns) noexcept;

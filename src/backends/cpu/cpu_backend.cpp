@@ -44,7 +44,9 @@ CpuBackend::CpuBackend() : kernels_(make_kernels()) {}
 CpuBackend::~CpuBackend() = default;
 
 DeviceInfo CpuBackend::info() const {
-  std::string desc = std::to_string(std::thread::hardware_concurrency()) + " hardware threads; matmul by ";
+  std::string desc = std::to_string(std::thread::hardware_concurrency()) +
+                     " hardware threads; ops on up to " + std::to_string(pool_.max_threads()) +
+                     " busy threads (EVENTIDE_CPU_THREADS); matmul by ";
   try {
     const blas::Api& b = blas::api();
     desc += "OpenBLAS (" + b.config + "; " + b.core + " kernels, " + b.chosen_by + "; " +

@@ -28,6 +28,14 @@ class CpuBackend final : public detail::DeviceBackend {
   void shutdown(std::chrono::steady_clock::time_point deadline) noexcept override {
     pool_.stop(deadline);
   }
+  void before_fork(std::chrono::steady_clock::time_point deadline, bool hold) noexcept override {
+    pool_.before_fork(deadline, hold);
+  }
+  void after_fork_in_parent(bool held) noexcept override { pool_.after_fork_in_parent(held); }
+  bool after_fork_in_child() noexcept override {
+    pool_.after_fork_in_child();
+    return true;
+  }
 
  private:
   WorkerPool pool_;

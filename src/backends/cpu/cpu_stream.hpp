@@ -1,27 +1,44 @@
-// The CPU backend's streams and the worker threads that run them.
+// The CPU backend's streams and the bounded pool of threads that runs them.
 //
-// A CPU stream is a FIFO of Works. It owns no thread: when it gets work and no worker serves
-// it, the pool attaches one (an idle worker, else a new thread). The worker runs the
-// stream's Works in order (execute_work: deps, body, timing, advance) and stays attached
-// while work keeps coming, detaching after a short idle spell. So a program with a thousand
-// idle streams has no thread for them, and an active stream always has exactly one: the
-// stream's order is that thread's order, and a stream waiting on another never holds up a
-// third (each waits on its own thread, like GPU streams).
+// A CPU stream is a FIFO of Works. It owns no thread. When it gets work it becomes *ready*
+// and the pool gives it a thread, which runs its Works in order (deps passed, body, timing,
+// advance). When the next Work waits for a dependency that has not passed (a fence on
+// another stream, a UserEvent), the stream *parks*: the thread leaves it and goes on with
+// another ready stream, and a listener on that fence makes the stream ready again when it
+// passes. So the number of threads follows the number of streams with runnable work, not
+// the number of streams: 10,000 streams gated on one UserEvent hold no thread at all.
 //
-// Lifetime: while a stream has queued work, its worker holds a reference to it, so dropping
-// every handle never loses work. Shutdown: the pool's stop flag makes every queued Work fail
-// ("runtime shut down") instead of running; the running one finishes (kExitGrace at most);
-// threads are joined.
+// The pool starts threads as streams become ready, up to `max_threads` (the cores plus two;
+// EVENTIDE_CPU_THREADS overrides it) busy ones. A thread whose op body blocks in a runtime
+// wait (it waits for an event or a stream: core/parker.hpp's BlockingRegion) does not count
+// while it waits, so work it waits for can still get a thread. A stream that keeps a thread
+// busy for longer than a time slice while others are ready goes to the back of the queue.
+// Threads idle for kIdleExit exit, all but one. When the OS refuses a thread, ready streams
+// wait for one of the existing threads; the first launch on a pool without any thread fails
+// with DeviceError instead (nothing would run it).
+//
+// Lifetime: a stream with queued work is held by the pool (ready queue, its thread) or by the
+// listener it is parked on, so dropping every handle never loses work. Shutdown: the stop
+// flag makes every queued Work fail ("runtime shut down") instead of running, parked streams
+// included; the running ones finish (until the runtime's exit deadline); threads are joined.
+//
+// fork(): before it, the pool pauses (no new Work starts) and waits, bounded, for the bodies
+// that run; in the parent it resumes; in the child, whose threads are gone, it starts over
+// with the queues as they were: queued work runs there too, and a Work whose body was still
+// running at the fork fails ("interrupted by fork").
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <deque>
 #include <memory>
-#include <mutex>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
-#include "core/runtime_lock.hpp"
 #include "core/parker.hpp"
+#include "core/runtime_lock.hpp"
 #include "core/runtime_thread.hpp"
 #include "core/stream_state.hpp"
 
@@ -41,54 +58,100 @@ class CpuStream final : public StreamState {
   ~CpuStream() override;
 
  protected:
+  void check_submit() const override;
   void submit(Ref<Work> work) noexcept override;
 
  private:
   friend class WorkerPool;
+  friend class ResumeListener;
   // Takes the whole queue (a list linked through Work::next, oldest first); null if empty.
   Work* take_all() noexcept;
-  void attach(const Ref<Parker>& worker) noexcept;
-  // Detaches the worker if the queue is still empty (true), else keeps it (false).
-  bool try_detach() noexcept;
+  // Puts `rest` (a list, oldest first, not run yet) back at the head of the queue; with
+  // `park`, the stream is parked (a listener will resume() it).
+  void put_back(Work* rest, bool park) noexcept;
+  // Ends the thread's turn if nothing is queued (true: the stream is idle), else false.
+  bool try_release() noexcept;
+  // Makes a parked stream ready again (true), once; false if it was not parked.
+  bool unpark_from_dependency() noexcept;
 
   WorkerPool& pool_;
   detail::RuntimeMutex mu_;
   Work* head_ = nullptr;
   Work* tail_ = nullptr;
-  bool scheduled_ = false;   // a worker serves it, or it waits for one
-  Ref<Parker> worker_;       // the attached worker's parker
+  bool scheduled_ = false;  // ready, served by a thread, or parked
+  bool parked_ = false;     // parked on a dependency's fence
 };
 
-class WorkerPool {
+class WorkerPool final : private detail::BlockingObserver {
  public:
-  WorkerPool() = default;
+  WorkerPool();
   ~WorkerPool() { stop(detail::Clock::now() + detail::kExitGrace); }
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  // Gives `stream` a worker.
-  void assign(std::shared_ptr<CpuStream> stream) noexcept;
-  // Fails what is queued, waits for what runs until `deadline`, stops the threads.
+  // Queues a stream that has work to run and gives it a thread (an idle one, else a new one
+  // while fewer than max_threads are busy).
+  void make_ready(std::shared_ptr<CpuStream> stream) noexcept;
+  // DeviceError if the pool has no thread and cannot start one (work would never run).
+  void ensure_thread();
+  // Fails what is queued and parked, waits for what runs until `deadline`, stops the threads.
   void stop(detail::Clock::time_point deadline) noexcept;
   // Becomes true when the pool stops: work that has not started fails instead of running.
   const std::atomic<bool>& stopping() const noexcept { return stop_; }
-  // Threads started so far (for `eventide info` and the tests).
-  std::size_t thread_count();
+
+  // fork(): see the file comment. before_fork waits for running bodies until `deadline`
+  // (that of the calling thread excepted) and, with `hold`, keeps the pool's lock until
+  // after the fork (the child's pool then starts with it free); calls nest.
+  void before_fork(detail::Clock::time_point deadline, bool hold) noexcept;
+  void after_fork_in_parent(bool held) noexcept;
+  // The child's pool after a before_fork(…, hold = true) in the parent.
+  void after_fork_in_child() noexcept;
+
+  std::size_t max_threads() const noexcept { return max_threads_; }
 
  private:
   struct Worker {
     Ref<Parker> parker = detail::make_ref<Parker>();
-    std::shared_ptr<CpuStream> stream;  // assigned, not yet taken
-    bool idle = false;
     detail::RuntimeThread thread;
+    bool idle = false;
+    // What the thread serves now, and the Works it has taken from it but not run (the one
+    // running first): in a forked child, whose copy of the thread is gone, they are resumed.
+    std::shared_ptr<CpuStream> stream;
+    Work* running = nullptr;
+    Work* rest = nullptr;
   };
   void run(Worker& w) noexcept;
   void serve(CpuStream& s, Worker& w) noexcept;
+  // Puts a stream this thread serves back in the ready queue (a fork pauses the pool, or its
+  // time slice is over).
+  void requeue(std::shared_ptr<CpuStream> stream, bool front) noexcept;
+  // Fails everything `s` has queued, on the calling thread (the pool has stopped and has no
+  // thread left). The caller holds the right to serve it (it made it ready).
+  void serve_stopped(CpuStream& s) noexcept;
+  // Under mu_: starts a thread (false if the OS refuses).
+  bool start_thread_locked() noexcept;
+  // Under mu_: wakes an idle thread, or starts one if fewer than max_threads are busy.
+  void find_thread_locked() noexcept;
+  // Parks `s` on `dep`'s fence; `rest` (the Works not run) goes back to its queue.
+  void park_on(CpuStream& s, Work* rest, const detail::Dep& dep) noexcept;
+  void blocking_begins() noexcept override;
+  void blocking_ends() noexcept override;
 
+  const std::size_t max_threads_;
   detail::RuntimeMutex mu_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::vector<Worker*> idle_;
-  std::deque<std::shared_ptr<CpuStream>> waiting_;  // no thread could be started for them
+  std::vector<Worker*> idle_;  // most recently idle last
+  std::unordered_set<CpuStream*> parked_;  // held alive by the listener they are parked on
+  std::size_t live_ = 0;                   // threads running (the records may outlive them)
+  std::atomic<std::size_t> alive_{0};      // live_, for ensure_thread's look without mu_
+  std::deque<std::shared_ptr<CpuStream>> ready_;
+  std::atomic<std::size_t> ready_count_{0};  // ready_.size(), for the time-slice check
+  std::size_t busy_ = 0;
+  std::size_t blocked_ = 0;
+  std::string refused_why_;  // the OS's reason the last time it refused a thread
+  unsigned paused_ = 0;  // fork in progress: no Work starts
+  Ref<Parker> pause_waiter_;
+  std::atomic<bool> pausing_{false};
   std::atomic<bool> stop_{false};
 };
 
