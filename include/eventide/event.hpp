@@ -185,6 +185,10 @@ class UserEvent : public Event {
   // After set() or fail(), reset() makes the event PENDING again, for the next round.
   void reset();
 
+  // For the bindings: how many UserEvent handles share this event (this one and its copies;
+  // plain Event copies do not count). When the last one goes, an unset event fails.
+  long handle_count() const noexcept { return setter_.use_count(); }
+
  private:
   std::shared_ptr<detail::UserEventSetter> setter_;
 };

@@ -19,57 +19,144 @@ std::mutex& handler_mutex() {
   static std::mutex mu;
   return mu;
 }
-CallbackErrorHandler& handler_slot() {
-  static CallbackErrorHandler handler;
+// Held through a shared_ptr, so that a report takes its own reference without copying the
+// std::function (a copy may allocate).
+std::shared_ptr<const CallbackErrorHandler>& handler_slot() {
+  static std::shared_ptr<const CallbackErrorHandler> handler;
   return handler;
 }
 thread_local bool tls_on_dispatcher = false;
 }  // namespace
 
 void set_callback_error_handler(CallbackErrorHandler handler) {
+  std::shared_ptr<const CallbackErrorHandler> fresh;
+  if (handler) fresh = std::make_shared<const CallbackErrorHandler>(std::move(handler));
   std::lock_guard lock(handler_mutex());
-  handler_slot() = std::move(handler);
-}
+  handler_slot().swap(fresh);
+}  // the handler replaced is destroyed here, unlocked
 
 namespace detail {
 
-void report_callback_error(std::exception_ptr error, const std::string& where) noexcept {
-  CallbackErrorHandler handler;
+void report_callback_error(std::exception_ptr error, std::string_view where) noexcept {
+  std::shared_ptr<const CallbackErrorHandler> handler;
   {
     std::lock_guard lock(handler_mutex());
     handler = handler_slot();
   }
   if (handler) {
     try {
-      handler(error, where);
+      (*handler)(error, where);
       return;
     } catch (...) {
       std::fprintf(stderr, "eventide: the callback error handler threw: %s\n",
-                   describe_error(std::current_exception()).c_str());
+                   error_what(std::current_exception()));
     }
   }
-  std::fprintf(stderr, "eventide: %s threw: %s\n", where.c_str(), describe_error(error).c_str());
+  std::fprintf(stderr, "eventide: %.*s threw: %s\n", static_cast<int>(where.size()), where.data(),
+               error_what(error));
 }
+
+void report_callback_error(std::exception_ptr error, const EventState* source) noexcept {
+  std::string where;
+  try {
+    if (source) where = "callback of " + source->str();
+  } catch (...) {
+    where.clear();  // out of memory: unnamed
+  }
+  report_callback_error(std::move(error), where.empty() ? std::string_view("a callback") : where);
+}
+
+// --- CallbackList ------------------------------------------------------------------------
+
+void CallbackList::push_back(Callback&& fn) {
+  push_back(std::make_unique<CallbackTask>(std::move(fn)));
+}
+
+void CallbackList::push_back(std::unique_ptr<CallbackTask> task) noexcept {
+  CallbackTask* t = task.release();
+  t->next = nullptr;
+  if (tail_) {
+    tail_->next = t;
+  } else {
+    head_ = t;
+  }
+  tail_ = t;
+  ++size_;
+}
+
+void CallbackList::splice(CallbackList& other) noexcept {
+  if (!other.head_) return;
+  if (tail_) {
+    tail_->next = other.head_;
+  } else {
+    head_ = other.head_;
+  }
+  tail_ = other.tail_;
+  size_ += other.size_;
+  other.head_ = other.tail_ = nullptr;
+  other.size_ = 0;
+}
+
+std::unique_ptr<CallbackTask> CallbackList::pop_front() noexcept {
+  CallbackTask* t = head_;
+  if (!t) return nullptr;
+  head_ = t->next;
+  if (!head_) tail_ = nullptr;
+  t->next = nullptr;
+  --size_;
+  return std::unique_ptr<CallbackTask>(t);
+}
+
+std::unique_ptr<CallbackTask> CallbackList::take(std::uint64_t id) noexcept {
+  CallbackTask* prev = nullptr;
+  for (CallbackTask* t = head_; t; prev = t, t = t->next) {
+    if (t->id != id) continue;
+    (prev ? prev->next : head_) = t->next;
+    if (tail_ == t) tail_ = prev;
+    t->next = nullptr;
+    --size_;
+    return std::unique_ptr<CallbackTask>(t);
+  }
+  return nullptr;
+}
+
+void CallbackList::clear() noexcept {
+  while (pop_front()) {
+  }
+}
+
+// --- Dispatcher --------------------------------------------------------------------------
 
 bool Dispatcher::on_dispatcher_thread() noexcept { return tls_on_dispatcher; }
 
+Dispatcher::Dispatcher(std::string name)
+    : name_(std::move(name)), profile_thread_("callbacks " + name_) {}
+
 Dispatcher::~Dispatcher() { stop(); }
 
-void Dispatcher::post(Callback fn, std::shared_ptr<const EventState> source) {
+void Dispatcher::post(CallbackList tasks, const std::shared_ptr<const EventState>& source) noexcept {
+  if (tasks.empty()) return;
+  for (CallbackTask* t = tasks.front(); t; t = t->next) t->source = source;
   {
     std::lock_guard lock(mu_);
-    if (stopping_) return;  // process exit: see the header
-    queue_.push_back(Item{std::move(fn), std::move(source)});
+    if (stopping_) return;  // process exit: see the header (dropped on return, unlocked)
+    queue_.splice(tasks);
     if (!thread_.joinable()) {
       try {
         thread_ = RuntimeThread([this] { run(); });
         started_.store(true, std::memory_order_release);
-      } catch (const std::system_error&) {
+      } catch (...) {
         // Queued all the same: see the header.
       }
     }
   }
   parker_->unpark();
+}
+
+void Dispatcher::post(Callback fn, std::shared_ptr<const EventState> source) {
+  CallbackList tasks;
+  tasks.push_back(std::move(fn));
+  post(std::move(tasks), source);
 }
 
 void Dispatcher::ensure_thread() {
@@ -101,11 +188,11 @@ void Dispatcher::stop() noexcept {
 }
 
 void Dispatcher::request_stop() noexcept {
-  std::vector<Item> dropped;
+  CallbackList dropped;
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
-    dropped.swap(queue_);
+    dropped.splice(queue_);
     if (thread_.joinable()) stopped_thread_ = std::move(thread_);
   }
   parker_->unpark();
@@ -142,12 +229,12 @@ void Dispatcher::after_fork(bool child) noexcept {
 
 void Dispatcher::run() {
   tls_on_dispatcher = true;
-  std::vector<Item> batch;
   for (;;) {
+    CallbackList batch;
     {
       std::lock_guard lock(mu_);
       if (stopping_) return;
-      batch.swap(queue_);
+      batch.splice(queue_);
     }
     if (batch.empty()) {
       // A callback expected soon: stay awake (yielding) until it comes or the window closes.
@@ -159,29 +246,25 @@ void Dispatcher::run() {
       parker_->park();
       continue;
     }
-    for (Item& item : batch) {
+    // Nothing here allocates (a thread's body: what escaped it would end the process).
+    while (std::unique_ptr<CallbackTask> task = batch.pop_front()) {
       const bool profiled = profiling();
       const std::int64_t start = profiled ? host_now_ns() : 0;
       try {
-        item.fn();
+        task->fn();
       } catch (abi::__forced_unwind&) {
         // The thread is being ended (pthread_exit: CPython does it at interpreter exit to a
         // thread that wants the GIL back): let it end.
         throw;
       } catch (...) {
-        std::string where = "a callback";
-        if (item.source) where = "callback of " + item.source->str();
-        report_callback_error(std::current_exception(), where);
+        report_callback_error(std::current_exception(), task->source.get());
       }
       if (profiled) [[unlikely]] {
-        ProfilerState::on_callback(item.source ? item.source->profile_id() : 0, "callbacks " + name_,
+        ProfilerState::on_callback(task->source ? task->source->profile_id() : 0, profile_thread_,
                                    start, host_now_ns());
       }
-      // Destroy the callable here, not under the queue lock: it may own anything.
-      item.fn = Callback();
-      item.source.reset();
+      // The callable is destroyed here, not under the queue lock: it may own anything.
     }
-    batch.clear();
   }
 }
 

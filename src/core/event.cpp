@@ -16,16 +16,14 @@ namespace detail {
 
 namespace {
 
-class ArmedListener final : public Listener {
- public:
-  explicit ArmedListener(std::shared_ptr<EventState> event) : event_(std::move(event)) {}
-  void fire() noexcept override { event_->on_armed_fence_passed(); }
-
- private:
-  std::shared_ptr<EventState> event_;
-};
-
 std::atomic<std::uint64_t> next_user_event_id{1};
+
+// Makes room in `v` for `n` elements, growing it geometrically (reserve(size() + 1) on every
+// call would copy the vector each time).
+template <class T>
+void reserve_for(std::vector<T>& v, std::size_t n) {
+  if (v.capacity() < n) v.reserve(std::max(n, 2 * v.capacity()));
+}
 
 }  // namespace
 
@@ -53,6 +51,8 @@ void EventState::fold_locked(const Ref<Work>& work) {
     return;
   }
   if (!untimed_.empty() && untimed_.back() == work) return;  // recorded again
+  // Never allocates: record_work() made room for every pending Work (this runs in poll() and
+  // in the listener, where nothing may fail).
   untimed_.push_back(work);
   if (untimed_.size() > untimed_scan_at_) {
     // An event recorded over and over: fold what has become known meanwhile, and look again
@@ -116,19 +116,22 @@ void EventState::refresh_locked(Actions& actions) {
   if (pending_.empty()) {
     finish_locked(actions);
   } else if (!armed_ && (!callbacks_.empty() || !notifiers_.empty())) {
-    armed_ = true;
-    actions.arm = pending_.front();
+    arm_locked(actions);
   }
+}
+
+void EventState::arm_locked(Actions& actions) {
+  armed_ = true;
+  actions.arm = pending_.front();
+  actions.arm_count = ++arm_count_;
 }
 
 void EventState::finish_locked(Actions& actions) {
   status_.store(error_ ? EventStatus::failed : EventStatus::finished, std::memory_order_release);
   finishes_.fetch_add(1, std::memory_order_acq_rel);
-  for (auto& fn : callbacks_) actions.callbacks.push_back(std::move(fn));
-  callbacks_.clear();
+  actions.callbacks.splice(callbacks_);  // no allocation: this runs where nothing may fail
   actions.device = device_;
-  for (auto& p : notifiers_) actions.wake.push_back(std::move(p));
-  notifiers_.clear();
+  actions.wake.swap(notifiers_);  // no allocation: this runs where nothing may fail
 }
 
 void EventState::run(Actions& actions) noexcept {
@@ -140,16 +143,23 @@ void EventState::run(Actions& actions) noexcept {
     }
   }
   if (!actions.callbacks.empty()) {
-    try {
-      Dispatcher& d = Runtime::get().dispatcher(actions.device);
-      for (auto& fn : actions.callbacks) d.post(std::move(fn), shared_from_this());
-    } catch (...) {
-      // The runtime has shut down (process exit): callbacks are dropped, as documented.
-    }
+    // Allocates nothing (add_callback made the tasks and started the thread). After the
+    // runtime has shut down (process exit) they are dropped, as documented.
+    Runtime::get().dispatcher(actions.device).post(std::move(actions.callbacks), shared_from_this());
   }
   if (actions.arm) {
     Ref<Work> w = std::move(actions.arm);
-    w->timeline().listen(w->seq(), std::make_unique<ArmedListener>(shared_from_this()));
+    // No allocation: the listener is the event's own.
+    armed_listener_.hold(shared_from_this());
+    const std::uint64_t id = w->timeline().listen(w->seq(), armed_listener_);
+    if (id != 0) {  // registered, not fired at once: remove_callback() may take it back
+      std::lock_guard lock(mu_);
+      // Unless it has fired meanwhile (and the event perhaps re-armed by another thread).
+      if (armed_ && arm_count_ == actions.arm_count) {
+        armed_timeline_ = w->timeline_ref();
+        armed_listen_id_ = id;
+      }
+    }
   }
 }
 
@@ -158,6 +168,8 @@ void EventState::on_armed_fence_passed() noexcept {
   {
     std::lock_guard lock(mu_);
     armed_ = false;
+    armed_listen_id_ = 0;
+    armed_timeline_ = nullptr;
     refresh_locked(actions);
   }
   run(actions);
@@ -175,7 +187,19 @@ void EventState::record_profiled(Ref<Work> work, std::optional<Device> device) {
   Ref<Work> op = work;
   const std::int64_t at = host_now_ns();
   record_work(std::move(work), device);
-  ProfilerState::on_record(profile_id(), str(), op, at);
+  profile_record(op, at);
+}
+
+void EventState::profile_record(const Ref<Work>& op, std::int64_t at_ns) noexcept {
+  // The record is made: nothing may throw from here (the caller would take it for a record
+  // that failed). Without memory for the event's name, the profile misses the record.
+  std::string name;
+  try {
+    name = str();
+  } catch (...) {
+    return;
+  }
+  ProfilerState::on_record(profile_id(), std::move(name), op, at_ns);
 }
 
 void EventState::throw_device_mismatch(Device device, const std::string& what) const {
@@ -190,12 +214,16 @@ void EventState::check_device(Device device, const StreamState& stream) {
 
 void EventState::record_work(Ref<Work> work, std::optional<Device> device) {
   Actions actions;
+  RunOnExit run_actions{*this, actions};
   {
     std::lock_guard lock(mu_);
-    if (device) {
-      check_device_locked(*device, [&] { return "work (" + work->describe() + ")"; });
-      device_ = device;
-    }
+    if (device) check_device_locked(*device, [&] { return "work (" + work->describe() + ")"; });
+    // Room for the Work, while a failure is still this call's exception (nothing has
+    // changed): poll() and the listener move finished Works to untimed_, where nothing may
+    // fail.
+    reserve_for(pending_, pending_.size() + 1);
+    reserve_for(untimed_, untimed_.size() + pending_.size() + 1);
+    if (device) device_ = device;
     ++records_;
     if (work->done()) {
       fold_locked(work);
@@ -209,7 +237,6 @@ void EventState::record_work(Ref<Work> work, std::optional<Device> device) {
       finish_locked(actions);
     }
   }
-  run(actions);
 }
 
 void EventState::record_nothing(Device device) {
@@ -221,7 +248,7 @@ void EventState::record_nothing(Device device) {
       status_.store(EventStatus::finished, std::memory_order_release);
     }
   }
-  if (profiling()) [[unlikely]] ProfilerState::on_record(profile_id(), str(), nullptr, host_now_ns());
+  if (profiling()) [[unlikely]] profile_record(nullptr, host_now_ns());
 }
 
 bool EventState::poll() noexcept {
@@ -245,20 +272,18 @@ EventStatus EventState::status() noexcept {
 
 bool EventState::add_notifier(const Ref<Parker>& parker) {
   Actions actions;
+  RunOnExit run_actions{*this, actions};
   bool added = false;
   {
     std::lock_guard lock(mu_);
+    reserve_for(notifiers_, notifiers_.size() + 1);  // first: it may throw
     refresh_locked(actions);
     if (!finished_locked()) {
       notifiers_.push_back(parker);
       added = true;
-      if (!armed_ && !pending_.empty()) {
-        armed_ = true;
-        actions.arm = pending_.front();
-      }
+      if (!armed_ && !pending_.empty()) arm_locked(actions);
     }
   }
-  run(actions);
   return added;
 }
 
@@ -355,44 +380,47 @@ void EventState::clear_locked() {
 }
 
 void EventState::reset() {
-  if (user_) {
-    Actions actions;  // the completion this refresh may find still has waiters and callbacks
-    {
-      std::lock_guard set_lock(user_->mu);
-      std::lock_guard lock(mu_);
-      refresh_locked(actions);
-      if (!finished_locked()) {
-        throw StateError("cannot reset " + str_locked() +
-                         " while it is pending: set() or fail() it first");
-      }
-      clear_locked();
-      auto next = make_ref<Work>(user_->timeline, "set", WorkKind::host);
-      next->set_seq(user_->current->seq() + 1);
-      user_->current = next;
-      pending_.push_back(std::move(next));
-      records_ = 1;
-      status_.store(EventStatus::pending, std::memory_order_release);
-    }
-    run(actions);
-    return;
-  }
+  // The completion a refresh may find still has waiters and callbacks: they go on also when
+  // the reset throws.
   Actions actions;
-  {
+  RunOnExit run_actions{*this, actions};
+  if (user_) {
+    // Made first: out of memory, the event is left as it was.
+    auto next = make_ref<Work>(user_->timeline, "set", WorkKind::host);
+    std::lock_guard set_lock(user_->mu);
     std::lock_guard lock(mu_);
     refresh_locked(actions);
-    if (status_.load(std::memory_order_relaxed) == EventStatus::pending) {
-      throw StateError("cannot reset " + str_locked() + " while it is pending: wait for it first");
+    if (!finished_locked()) {
+      throw StateError("cannot reset " + str_locked() +
+                       " while it is pending: set() or fail() it first");
     }
-    clear_locked();
-    status_.store(EventStatus::empty, std::memory_order_release);
+    clear_locked();  // keeps pending_'s room: the push below does not allocate
+    next->set_seq(user_->current->seq() + 1);
+    user_->current = next;
+    pending_.push_back(std::move(next));
+    records_ = 1;
+    status_.store(EventStatus::pending, std::memory_order_release);
+    return;
   }
-  run(actions);
+  std::lock_guard lock(mu_);
+  refresh_locked(actions);
+  if (status_.load(std::memory_order_relaxed) == EventStatus::pending) {
+    throw StateError("cannot reset " + str_locked() + " while it is pending: wait for it first");
+  }
+  clear_locked();
+  status_.store(EventStatus::empty, std::memory_order_release);
 }
 
-void EventState::add_callback(Callback fn) {
+EventState::CallbackId EventState::add_callback(Callback fn) {
   // Accepted only if a thread can run it: DeviceError at the process's thread limit.
   Runtime::get().dispatcher(device()).ensure_thread();
+  // Its task, before the event takes it: out of memory is this call's exception, never a
+  // callback that does not run. Declared first, it is destroyed (a user's callable) unlocked.
+  CallbackList task;
+  task.push_back(std::move(fn));
   Actions actions;
+  RunOnExit run_actions{*this, actions};
+  CallbackId id;
   {
     std::lock_guard lock(mu_);
     refresh_locked(actions);
@@ -401,20 +429,53 @@ void EventState::add_callback(Callback fn) {
       throw StateError("cannot add a callback to an empty event (" + str_locked() +
                        "): it would never be called; record work on it first");
     }
+    id = next_callback_id_++;
+    task.front()->id = id;
     if (s == EventStatus::pending) {
-      callbacks_.push_back(std::move(fn));
-      if (!armed_) {
-        armed_ = true;
-        actions.arm = pending_.front();
-      }
+      callbacks_.splice(task);
+      if (!armed_) arm_locked(actions);
       actions.expect_callbacks = true;
       actions.device = device_;
     } else {
-      actions.callbacks.push_back(std::move(fn));
+      actions.callbacks.splice(task);
       actions.device = device_;
     }
   }
-  run(actions);
+  return id;
+}
+
+bool EventState::remove_callback(CallbackId id) noexcept {
+  std::unique_ptr<CallbackTask> removed;  // a user's callable: destroyed after the lock is let go
+  Ref<Timeline> disarm_on;
+  std::uint64_t disarm_id = 0;
+  {
+    std::lock_guard lock(mu_);
+    removed = callbacks_.take(id);
+    if (!removed) return false;  // handed to the dispatcher, or unknown
+    // Nobody listens any more: take the listener back (it holds this event), or an event that
+    // nothing refers to would live, with its listener, until its work finishes.
+    if (callbacks_.empty() && notifiers_.empty() && armed_ && armed_listen_id_ != 0) {
+      disarm_on = std::move(armed_timeline_);
+      disarm_id = std::exchange(armed_listen_id_, 0);
+    }
+  }
+  if (disarm_id != 0) {
+    // The listener may hold the last reference to this event; `self` outlives its removal.
+    std::shared_ptr<EventState> self = weak_from_this().lock();
+    if (disarm_on->unlisten(disarm_id)) {
+      // It never fired, and nothing armed the event again while it was registered (armed_
+      // stayed true): the event is unarmed now. Arm it again if a callback or a waiter came
+      // meanwhile.
+      Actions actions;
+      {
+        std::lock_guard lock(mu_);
+        armed_ = false;
+        refresh_locked(actions);
+      }
+      run(actions);
+    }  // else it fires (or fired): on_armed_fence_passed() unarms the event
+  }
+  return true;
 }
 
 std::exception_ptr EventState::error() {
@@ -479,6 +540,7 @@ std::string EventState::str_locked() const {
 
 EventState::Snapshot EventState::snapshot() {
   Actions actions;
+  RunOnExit run_actions{*this, actions};  // also if the copy below runs out of memory
   Snapshot snap;
   {
     std::lock_guard lock(mu_);
@@ -487,7 +549,6 @@ EventState::Snapshot EventState::snapshot() {
     snap.pending = pending_;
     snap.error = error_;
   }
-  run(actions);
   return snap;
 }
 
@@ -517,11 +578,18 @@ void EventState::user_abandon() noexcept {
   std::lock_guard set_lock(user_->mu);
   Work& w = *user_->current;
   if (w.done()) return;
+  // It fails whatever happens: without memory for the message, with the bad_alloc.
+  std::exception_ptr error;
+  try {
+    error = std::make_exception_ptr(
+        StateError("a UserEvent was destroyed without being set (" + user_->timeline->name() +
+                   "): whatever waited on it can never go on"));
+  } catch (...) {
+    error = std::current_exception();
+  }
   std::int64_t now = host_now_ns();
   w.set_times(now, now);
-  w.set_error(std::make_exception_ptr(
-      StateError("a UserEvent was destroyed without being set (" + user_->timeline->name() +
-                 "): whatever waited on it can never go on")));
+  w.set_error(std::move(error));
   w.timeline().advance(w.seq());
 }
 
@@ -716,8 +784,13 @@ std::optional<std::size_t> wait_any(std::span<const Event> events,
     for (std::size_t i = 0; i < registered; ++i) entries[i].state->remove_notifier(parker.get());
   };
   std::optional<std::size_t> result;
-  for (; registered < entries.size(); ++registered) {
-    if (!entries[registered].state->add_notifier(parker)) break;  // finished meanwhile
+  try {
+    for (; registered < entries.size(); ++registered) {
+      if (!entries[registered].state->add_notifier(parker)) break;  // finished meanwhile
+    }
+  } catch (...) {
+    unregister();  // out of memory: no registration is left behind
+    throw;
   }
   detail::BlockingRegion blocking;  // a pool thread lets its pool run other work meanwhile
   for (;;) {

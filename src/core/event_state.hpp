@@ -8,7 +8,10 @@
 // Nobody is told of that transition unless someone listens: waiters (a Parker each) and
 // callbacks. While there are listeners, the event is *armed*: one Listener sits on the fence
 // of one pending Work; when it fires, the event folds what has finished and re-arms on the
-// next pending Work, so an event never has more than one listener registered.
+// next pending Work, so an event never has more than one listener registered. The listener
+// holds the event: callbacks run even when every handle is gone. When the last callback is
+// removed (remove_callback: a cancelled Python await) and no waiter is left, the listener is
+// taken back from its timeline, so that what nobody waits for any more is freed at once.
 //
 // Thread-safety: every member takes `mu_`; status_ is also readable without it (poll()'s fast
 // path). Lock order: mu_ is never held while calling into a timeline or the dispatcher:
@@ -24,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dispatcher.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/parker.hpp"
 #include "core/profiler_state.hpp"
@@ -56,7 +60,31 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // throw the tied work's error: see error().
   bool wait_until(const Deadline& deadline);
   void reset();
-  void add_callback(Callback fn);
+  // Ids of callbacks, for remove_callback(): never 0, never reused within one event.
+  using CallbackId = std::uint64_t;
+  // Event::add_callback, returning the callback's id.
+  CallbackId add_callback(Callback fn);
+  // Takes back a callback that has not been handed to the dispatcher (the event has not
+  // finished since it was added): true, and it never runs; the callable is destroyed on this
+  // thread, with no runtime lock held. False if it has been handed over (it has run, runs, or
+  // will run, exactly once) or the id is unknown: harmless from any thread, at any time.
+  bool remove_callback(CallbackId id) noexcept;
+  // For the Python binding's cycle collector (a callback holding its own UserEvent): calls
+  // `visit(Callback&)` on each callback waiting for this UserEvent while only a UserEvent
+  // handle can finish it (its set step is pending: set, fail, or the last handle going away).
+  // Stops at the first non-zero result and returns it; 0 when there is nothing to visit.
+  // Under the event's lock: `visit` must not run, release or add anything.
+  template <class Visit>
+  int visit_callbacks_held_by_handles(Visit&& visit) {
+    std::lock_guard lock(mu_);
+    // user_->current changes only under mu_ (reset), and passes only through set, fail or the
+    // last handle going away.
+    if (!user_ || user_->current->done()) return 0;
+    for (CallbackTask* t = callbacks_.front(); t; t = t->next) {
+      if (int r = visit(t->fn)) return r;
+    }
+    return 0;
+  }
   std::exception_ptr error();
   std::optional<Device> device();
   bool timing_enabled() const noexcept { return timing_; }
@@ -101,16 +129,45 @@ class EventState : public std::enable_shared_from_this<EventState> {
 
  private:
   struct Actions {
-    std::vector<Callback> callbacks;
+    CallbackList callbacks;
     std::optional<Device> device;  // whose dispatcher runs the callbacks (read under mu_)
     std::vector<Ref<Parker>> wake;
     Ref<Work> arm;
+    std::uint64_t arm_count = 0;  // which arming `arm` is (arm_count_ when it was decided)
     bool expect_callbacks = false;  // a callback was added to pending work
+  };
+  // The event's listener, kept in the event so that arming allocates nothing: the event is
+  // armed where nothing may fail (poll(), and this listener itself when it re-arms on the
+  // next pending Work). An event has at most one listener registered (armed_), so one object
+  // does. While registered, it holds the event.
+  class ArmedListener final : public Listener {
+   public:
+    void hold(std::shared_ptr<EventState> event) noexcept { event_ = std::move(event); }
+    void fire() noexcept override {
+      // Moved out first: once on_armed_fence_passed() lets go of the event's lock, another
+      // thread may register this listener again (and hold the event again).
+      std::shared_ptr<EventState> event = std::move(event_);
+      event->on_armed_fence_passed();
+    }
+    // Taken back unfired (remove_callback): lets go of the event.
+    void dropped() noexcept override { std::shared_ptr<EventState> event = std::move(event_); }
+
+   private:
+    std::shared_ptr<EventState> event_;
   };
   struct UserPart {
     Ref<Timeline> timeline;
     Ref<Work> current;
     RuntimeMutex mu;  // serializes set / fail / reset / abandon
+  };
+  // Runs `actions` when it goes out of scope, however the scope is left: declared before the
+  // lock, it runs once the lock is let go. A call that throws after refresh_locked() (out of
+  // memory, a StateError) must not lose the completion that refresh found: waiters to wake,
+  // callbacks to hand over, a listener to register.
+  struct RunOnExit {
+    EventState& event;
+    Actions& actions;
+    ~RunOnExit() { event.run(actions); }
   };
 
   void fold_locked(const Ref<Work>& work);
@@ -121,11 +178,15 @@ class EventState : public std::enable_shared_from_this<EventState> {
   void finish_locked(Actions& actions);
   std::string str_locked() const;
   void refresh_locked(Actions& actions);
+  // Arms the event on its first pending Work: run(actions) registers the listener.
+  void arm_locked(Actions& actions);
   void clear_locked();
   void run(Actions& actions) noexcept;
   void user_finish(std::exception_ptr error, bool is_set);
   // record() without the profiler, and with it (kept out of the hot path).
   void record_work(Ref<Work> work, std::optional<Device> device);
+  // The profiler's entry for a record made at `at_ns` (never throws: the record is made).
+  void profile_record(const Ref<Work>& op, std::int64_t at_ns) noexcept;
   [[gnu::cold, gnu::noinline]] void record_profiled(Ref<Work> work, std::optional<Device> device);
   // InvalidArgument unless this event may hold work of `device`; `what()` names the work
   // (only called to build the message). Under mu_.
@@ -164,9 +225,18 @@ class EventState : public std::enable_shared_from_this<EventState> {
   const std::optional<Device> fixed_device_;
   std::optional<Device> device_;
   const bool timing_;
-  std::vector<Callback> callbacks_;
+  // Each in the task that takes it to the dispatcher, made by add_callback: handing them over
+  // allocates nothing (CallbackTask::id is the CallbackId).
+  CallbackList callbacks_;
+  CallbackId next_callback_id_ = 1;
   std::vector<Ref<Parker>> notifiers_;
   bool armed_ = false;
+  ArmedListener armed_listener_;  // registered while armed (see run())
+  std::uint64_t arm_count_ = 0;  // armings so far: tells run() whether its arming is current
+  // Where the armed listener is registered, once run() has registered it (id 0 until then,
+  // and after it fired): for remove_callback() to take it back.
+  Ref<Timeline> armed_timeline_;
+  std::uint64_t armed_listen_id_ = 0;
   std::unique_ptr<UserPart> user_;
   mutable std::atomic<std::uint64_t> profile_id_{0};
 };

@@ -71,7 +71,8 @@ void ProfilerState::stop_recording() noexcept {
 }
 
 std::string ProfilerState::describe_tensors(std::span<TensorState* const> reads,
-                                            std::span<TensorState* const> writes) {
+                                            std::span<TensorState* const> writes) noexcept {
+  try {
   auto list = [](std::span<TensorState* const> ts) {
     std::string out;
     for (std::size_t i = 0; i < ts.size(); ++i) {
@@ -85,6 +86,9 @@ std::string ProfilerState::describe_tensors(std::span<TensorState* const> reads,
   std::string out = list(writes);
   if (out.empty()) return in;
   return in.empty() ? "-> " + out : in + " -> " + out;
+  } catch (...) {
+    return {};  // out of memory: the op is profiled without it
+  }
 }
 
 std::uint64_t ProfilerState::id_of(const Work* work) const noexcept {
@@ -122,23 +126,41 @@ void ProfilerState::add_op(const StreamState& stream, const Ref<Work>& work, std
   recorded_.ops.push_back(std::move(entry));
 }
 
-void ProfilerState::on_launch(const StreamState& stream, const Ref<Work>& work, std::string detail) {
-  std::lock_guard lock(g_profiler_mu);
-  if (ProfilerState* s = locked_state()) s->add_op(stream, work, std::move(detail), false, 0);
-}
-
-void ProfilerState::on_wait(const StreamState& stream, const Ref<Work>& work, std::uint64_t event) {
-  std::lock_guard lock(g_profiler_mu);
-  if (ProfilerState* s = locked_state()) s->add_op(stream, work, {}, true, event);
-}
-
-void ProfilerState::on_record(std::uint64_t event, std::string event_name, const Ref<Work>& op,
-                              std::int64_t at_ns) {
+void ProfilerState::on_launch(const StreamState& stream, const Ref<Work>& work,
+                              std::string detail) noexcept {
   std::lock_guard lock(g_profiler_mu);
   ProfilerState* s = locked_state();
   if (!s) return;
-  s->recorded_.records.push_back(
-      RecordEntry{event, std::move(event_name), op ? s->id_of(op.get()) : 0, at_ns});
+  try {
+    s->add_op(stream, work, std::move(detail), false, 0);
+  } catch (...) {
+    s->lost_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void ProfilerState::on_wait(const StreamState& stream, const Ref<Work>& work,
+                            std::uint64_t event) noexcept {
+  std::lock_guard lock(g_profiler_mu);
+  ProfilerState* s = locked_state();
+  if (!s) return;
+  try {
+    s->add_op(stream, work, {}, true, event);
+  } catch (...) {
+    s->lost_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void ProfilerState::on_record(std::uint64_t event, std::string event_name, const Ref<Work>& op,
+                              std::int64_t at_ns) noexcept {
+  std::lock_guard lock(g_profiler_mu);
+  ProfilerState* s = locked_state();
+  if (!s) return;
+  try {
+    s->recorded_.records.push_back(
+        RecordEntry{event, std::move(event_name), op ? s->id_of(op.get()) : 0, at_ns});
+  } catch (...) {
+    s->lost_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 namespace {
@@ -147,29 +169,37 @@ thread_local HostWaitGroup* t_wait_group = nullptr;
 }  // namespace
 
 void ProfilerState::on_host_wait(std::uint64_t event, const std::vector<Ref<Work>>& ops,
-                                 std::int64_t start_ns, std::int64_t end_ns, bool finished) {
+                                 std::int64_t start_ns, std::int64_t end_ns, bool finished) noexcept {
   std::lock_guard lock(g_profiler_mu);
   ProfilerState* s = locked_state();
   if (!s) return;
-  HostWaitEntry entry{event, s->thread_number(), start_ns, end_ns, finished, {}};
-  for (const Ref<Work>& w : ops) {
-    if (std::uint64_t id = s->id_of(w.get())) entry.ops.push_back(id);
+  try {
+    HostWaitEntry entry{event, s->thread_number(), start_ns, end_ns, finished, {}};
+    for (const Ref<Work>& w : ops) {
+      if (std::uint64_t id = s->id_of(w.get())) entry.ops.push_back(id);
+    }
+    s->add_host_wait(std::move(entry));
+  } catch (...) {
+    s->lost_.fetch_add(1, std::memory_order_relaxed);
   }
-  s->add_host_wait(std::move(entry));
 }
 
 void ProfilerState::on_fence_wait(const Timeline& timeline, std::uint64_t seq, std::int64_t start_ns,
-                                  std::int64_t end_ns, bool finished) {
+                                  std::int64_t end_ns, bool finished) noexcept {
   std::lock_guard lock(g_profiler_mu);
   ProfilerState* s = locked_state();
   if (!s) return;
-  HostWaitEntry entry{0, s->thread_number(), start_ns, end_ns, finished, {}};
-  if (auto it = s->fences_.find({&timeline, seq}); it != s->fences_.end()) entry.ops.push_back(it->second);
-  s->add_host_wait(std::move(entry));
+  try {
+    HostWaitEntry entry{0, s->thread_number(), start_ns, end_ns, finished, {}};
+    if (auto it = s->fences_.find({&timeline, seq}); it != s->fences_.end()) entry.ops.push_back(it->second);
+    s->add_host_wait(std::move(entry));
+  } catch (...) {
+    s->lost_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void ProfilerState::on_wait_found_done(std::uint64_t event, const Timeline* timeline,
-                                       std::uint64_t seq) {
+                                       std::uint64_t seq) noexcept {
   std::lock_guard lock(g_profiler_mu);
   ProfilerState* s = locked_state();
   if (!s || t_wait_group) return;
@@ -188,7 +218,7 @@ void ProfilerState::on_wait_found_done(std::uint64_t event, const Timeline* time
   for (auto w = s->recorded_.host_waits.rbegin(); w != s->recorded_.host_waits.rend() && looked < kLook;
        ++w, ++looked) {
     if (w->thread != thread->second) continue;
-    const bool same = timeline ? w->event == 0 && w->ops == std::vector<std::uint64_t>{fence_op}
+    const bool same = timeline ? w->event == 0 && w->ops.size() == 1 && w->ops[0] == fence_op
                                : w->event == event;
     if (same && !w->finished && now - w->end_ns <= kWaitSliceGapNs) {
       w->end_ns = now;
@@ -232,16 +262,24 @@ HostWaitGroup::~HostWaitGroup() {
   std::lock_guard lock(g_profiler_mu);
   ProfilerState* s = ProfilerState::locked_state();
   if (!s) return;
-  s->recorded_.host_waits.push_back(ProfilerState::HostWaitEntry{
-      event_, s->thread_number(), start_ns_, end_ns, finished_, std::move(ops_)});
+  try {
+    s->recorded_.host_waits.push_back(ProfilerState::HostWaitEntry{
+        event_, s->thread_number(), start_ns_, end_ns, finished_, std::move(ops_)});
+  } catch (...) {
+    s->lost_.fetch_add(1, std::memory_order_relaxed);  // a destructor: nothing may escape
+  }
 }
 
 void ProfilerState::on_callback(std::uint64_t event, const std::string& thread,
-                                std::int64_t start_ns, std::int64_t end_ns) {
+                                std::int64_t start_ns, std::int64_t end_ns) noexcept {
   std::lock_guard lock(g_profiler_mu);
   ProfilerState* s = locked_state();
   if (!s) return;
-  s->recorded_.callbacks.push_back(CallbackEntry{event, thread, start_ns, end_ns});
+  try {
+    s->recorded_.callbacks.push_back(CallbackEntry{event, thread, start_ns, end_ns});
+  } catch (...) {
+    s->lost_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 Profile ProfilerState::stop(std::chrono::nanoseconds timeout,

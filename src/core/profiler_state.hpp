@@ -45,33 +45,40 @@ class ProfilerState {
   ProfilerState();
 
   // --- Hooks: call only where active_profiler() was non-null. Thread-safe; cheap next to
-  // --- what they record, and safe under a stream's or an event's lock.
+  // --- what they record, and safe under a stream's or an event's lock. They never throw:
+  // --- they run where the work they record is already done (numbered, enqueued, recorded),
+  // --- or where nothing may fail (a destructor, the callback thread). Out of memory, the
+  // --- entry is left out of the profile (counted in entries_lost()).
 
   // `work` (numbered, deps collected, not yet submitted) was launched on `stream`.
-  static void on_launch(const StreamState& stream, const Ref<Work>& work, std::string detail);
+  static void on_launch(const StreamState& stream, const Ref<Work>& work, std::string detail) noexcept;
   // `work` is a wait of `stream` on `event`.
-  static void on_wait(const StreamState& stream, const Ref<Work>& work, std::uint64_t event);
+  static void on_wait(const StreamState& stream, const Ref<Work>& work, std::uint64_t event) noexcept;
   // `event` was tied to `op` (null: nothing, or an idle stream).
   static void on_record(std::uint64_t event, std::string event_name, const Ref<Work>& op,
-                        std::int64_t at_ns);
+                        std::int64_t at_ns) noexcept;
   // The calling thread blocked on `event`, waiting for `ops`, from `start_ns` to `end_ns`.
   static void on_host_wait(std::uint64_t event, const std::vector<Ref<Work>>& ops,
-                           std::int64_t start_ns, std::int64_t end_ns, bool finished);
+                           std::int64_t start_ns, std::int64_t end_ns, bool finished) noexcept;
   // The calling thread blocked until `timeline` passed `seq` (Tensor::wait,
   // Stream::synchronize), from `start_ns` to `end_ns`.
   static void on_fence_wait(const Timeline& timeline, std::uint64_t seq, std::int64_t start_ns,
-                            std::int64_t end_ns, bool finished);
+                            std::int64_t end_ns, bool finished) noexcept;
   // A wait on `event` (or, with `timeline`, on that fence) found the work finished without
   // blocking. If the calling thread's last host wait was on the same thing and timed out
   // just before, that was a slice of this wait (a loop of short waits): it is finished now.
-  static void on_wait_found_done(std::uint64_t event, const Timeline* timeline, std::uint64_t seq);
+  static void on_wait_found_done(std::uint64_t event, const Timeline* timeline,
+                                 std::uint64_t seq) noexcept;
   // A callback of `event` (0: unknown) ran on `thread` from `start_ns` to `end_ns`.
   static void on_callback(std::uint64_t event, const std::string& thread, std::int64_t start_ns,
-                          std::int64_t end_ns);
+                          std::int64_t end_ns) noexcept;
 
-  // "f32[512, 512], f32[512, 512] -> f32[512, 512]".
+  // "f32[512, 512], f32[512, 512] -> f32[512, 512]"; empty if there is no memory for it.
   static std::string describe_tensors(std::span<TensorState* const> reads,
-                                      std::span<TensorState* const> writes);
+                                      std::span<TensorState* const> writes) noexcept;
+
+  // Entries left out of the profile for lack of memory.
+  std::uint64_t entries_lost() const noexcept { return lost_.load(std::memory_order_relaxed); }
 
   // --- For Profiler.
   // Starts recording; StateError if another profiler is recording.
@@ -131,6 +138,7 @@ class ProfilerState {
   std::uint32_t thread_number();
 
   const std::int64_t start_ns_;
+  std::atomic<std::uint64_t> lost_{0};
   bool stopped_ = false;  // under g_profiler_mu
   Recorded recorded_;     // under g_profiler_mu while recording
   std::unordered_map<const Work*, std::uint64_t> ids_;

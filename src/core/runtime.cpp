@@ -287,12 +287,20 @@ std::shared_ptr<StreamState> exchange_current_stream(Device device,
   }
   if (stream) {
     try {
-      tls_current.emplace_back(device, std::move(stream));
+      tls_current.emplace_back(device, std::move(stream));  // no allocation once reserved
     } catch (...) {
-      // Out of memory in a guard: the guard's stream is simply not made current.
+      // Out of memory, and the caller did not reserve_current_stream() first: the stream is
+      // not made current.
     }
   }
   return nullptr;
+}
+
+void reserve_current_stream(Device device) {
+  for (auto& [d, s] : tls_current) {
+    if (d == device) return;
+  }
+  tls_current.reserve(tls_current.size() + 1);
 }
 
 std::optional<Device> exchange_block_device(std::optional<Device> device) noexcept {

@@ -128,8 +128,13 @@ void register_fork_handlers() noexcept;
 
 // Sets the calling thread's current stream for `device` (null: back to the default stream)
 // and returns the previous setting. Needs no runtime (it runs in StreamGuard destructors).
+// Allocates nothing once reserve_current_stream(device) has been called on this thread.
 std::shared_ptr<StreamState> exchange_current_stream(Device device,
                                                      std::shared_ptr<StreamState> stream) noexcept;
+// Makes room for the calling thread's current stream of `device` (std::bad_alloc): what a
+// StreamGuard's constructor does first, so that it either throws or makes its stream current
+// (its destructor then only exchanges).
+void reserve_current_stream(Device device);
 
 // The device of the calling thread's innermost stream block (StreamGuard, Python's `with
 // stream:`), which record() without a device uses, as PyTorch's `with torch.cuda.stream(s)`

@@ -22,14 +22,21 @@ std::atomic<std::uint64_t> g_deferred_count{0};
 [[gnu::tls_model("initial-exec")]] thread_local bool tls_runtime_releases_pending = false;
 
 void run_deferred_releases() noexcept {
-  if (!tls_runtime_releases_pending) return;
-  // Each may release more (which then runs at once: no lock is held here).
-  while (!tls_deferred->empty()) {
-    Deferred d = tls_deferred->back();
-    tls_deferred->pop_back();
-    d.fn(d.arg);
+  // Each may release more (which then runs at once: no lock is held here). The releases are
+  // taken off the list before they run: one may take and let go of runtime locks (a __del__
+  // calling eventide, Python's cycle collector visiting an event under its lock), and letting
+  // go of the last must not run the others from inside it (a release inside a collection
+  // would corrupt it). Those deferred meanwhile are run by that inner unlock, or by this loop.
+  while (tls_runtime_releases_pending) {
+    tls_runtime_releases_pending = false;
+    std::vector<Deferred> batch;
+    batch.swap(*tls_deferred);
+    while (!batch.empty()) {
+      Deferred d = batch.back();
+      batch.pop_back();
+      d.fn(d.arg);
+    }
   }
-  tls_runtime_releases_pending = false;
 }
 
 void run_when_unlocked(void (*fn)(void*), void* arg) noexcept {

@@ -17,15 +17,6 @@ namespace detail {
 
 namespace {
 
-class UnparkListener final : public Listener {
- public:
-  explicit UnparkListener(Ref<Parker> parker) : parker_(std::move(parker)) {}
-  void fire() noexcept override { parker_->unpark(); }
-
- private:
-  Ref<Parker> parker_;
-};
-
 }  // namespace
 
 std::string stream_name(Device device, std::uint64_t id) {
@@ -120,15 +111,17 @@ void StreamState::wait(EventState& event) {
   deps.reserve(snap.pending.size() + 1);
   for (Ref<Work>& w : snap.pending) deps.push_back(Dep{std::move(w), DepKind::waited});
 
-  std::lock_guard lock(submit_mu_);
-  work->set_seq(++enqueued_);
-  if (const Ref<Work>& gate = current_gate()) deps.push_back(Dep{gate, DepKind::gate});
   if (snap.error) {
-    // Already failed: the wait fails in order, when the stream reaches it.
+    // Already failed: the wait fails in order, when the stream reaches it. Made before it is
+    // numbered: once it is, nothing may throw (a number never submitted would never pass).
     std::string what = name() + ": waits on an event that failed: " +
                        describe_error(root_cause(snap.error));
     work->set_error(std::make_exception_ptr(OpError(what, "wait", root_cause(snap.error))));
   }
+
+  std::lock_guard lock(submit_mu_);
+  work->set_seq(++enqueued_);
+  if (const Ref<Work>& gate = current_gate()) deps.push_back(Dep{gate, DepKind::gate});
   gate_ = work;
   if (profiling()) [[unlikely]] ProfilerState::on_wait(*this, work, event.profile_id());
   submit_locked(work);
@@ -165,12 +158,18 @@ namespace {
 bool wait_for_pending_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline) {
   if (spin_until([&] { return timeline.passed(seq); }, deadline)) return true;
   const Ref<Parker>& parker = this_thread_parker();
-  timeline.listen(seq, std::make_unique<UnparkListener>(parker));
+  // Out of memory for the wake-up: the waiter looks at the timeline between short naps.
+  const bool heard = timeline.unpark_when_passed(seq, parker);
   WaitPacer pacer(timeline.device_written());
   BlockingRegion blocking;  // a pool thread lets its pool run other work meanwhile
   while (!timeline.passed(seq)) {
     if (expired(deadline)) return false;
-    pacer.park(*parker, deadline);
+    if (heard) {
+      pacer.park(*parker, deadline);
+    } else {
+      const Clock::time_point nap = Clock::now() + Timeline::kUnheardNap;
+      parker->park(deadline && *deadline < nap ? deadline : Deadline(nap));
+    }
   }
   return true;
 }
@@ -200,8 +199,7 @@ const Dep* first_pending_dep(const Work& work) noexcept {
 void run_work(Work& work, const std::atomic<bool>& stop) noexcept {
   if (!work.error()) {
     if (stop.load(std::memory_order_acquire)) {
-      work.set_error(std::make_exception_ptr(
-          StateError(work.describe() + " did not run: the eventide runtime shut down")));
+      work.set_error(shutdown_error(work));
     } else if (auto e = first_dependency_error(work)) {
       work.set_error(std::move(e));
     }
@@ -217,9 +215,7 @@ void run_work(Work& work, const std::atomic<bool>& stop) noexcept {
     try {
       work.body()();
     } catch (...) {
-      std::exception_ptr thrown = std::current_exception();
-      work.set_error(std::make_exception_ptr(OpError(
-          work.describe() + " failed: " + describe_error(thrown), work.describe(), thrown)));
+      work.set_error(body_error(work, std::current_exception()));
     }
     set_running_work(nullptr);
     end = host_now_ns();
@@ -313,7 +309,8 @@ Event Stream::enqueue_impl(std::string name, detail::Callback fn, std::vector<Te
 
 StreamGuard::StreamGuard(const Stream& stream)
     : device_(stream.device()),
-      previous_(detail::exchange_current_stream(stream.device(), stream.state())),
+      previous_((detail::reserve_current_stream(stream.device()),
+                 detail::exchange_current_stream(stream.device(), stream.state()))),
       previous_block_device_(detail::exchange_block_device(stream.device())) {}
 
 StreamGuard::~StreamGuard() {

@@ -11,12 +11,19 @@
 // passed. They run on that thread with no lock of the timeline held, so they must be short
 // and must not block (they unpark a thread, or re-examine an event).
 //
+// Out of memory: registering, firing and taking back a listener allocate nothing (the heap
+// is linked through the listeners themselves), so the runtime's code that may not fail (a
+// worker waiting for a dependency, an event arming itself from poll() or from its listener)
+// can always register one; a listener its owner keeps (listen(seq, Listener&)) needs no
+// allocation at all.
+//
 // Thread-safety: all members, from any thread. Memory ordering: advance() releases and
 // completed() acquires, so whatever the work wrote before its fence passed (its results, its
 // error, its timing) is visible to a thread that sees the fence passed.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -26,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/parker.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/ref.hpp"
 
@@ -35,9 +43,31 @@ class Work;
 
 class Listener {
  public:
+  Listener() noexcept = default;
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
   virtual ~Listener() = default;
-  // Called once, with no runtime lock held; the listener is destroyed right after.
+  // Called once, with no runtime lock held. A listener handed over as a unique_ptr is
+  // destroyed right after. One its owner keeps (listen(seq, Listener&)) is not touched by the
+  // timeline once fire() has begun: fire() may register it again, or end its owner.
   virtual void fire() noexcept = 0;
+  // Called instead of fire(), with no runtime lock held, when a listener its owner keeps is
+  // taken back (unlisten) or its timeline is destroyed unfired: it lets go of what it held.
+  virtual void dropped() noexcept {}
+
+ private:
+  friend class Timeline;
+  // The timeline's links, valid while registered: a pairing heap on target_ (child_,
+  // sibling_, and prev_: the parent for a first child, else the left sibling), and the list
+  // of every registered listener (all_prev_, all_next_), which unlisten() scans for an id.
+  std::uint64_t target_ = 0;
+  std::uint64_t id_ = 0;
+  Listener* child_ = nullptr;
+  Listener* sibling_ = nullptr;
+  Listener* prev_ = nullptr;
+  Listener* all_prev_ = nullptr;
+  Listener* all_next_ = nullptr;
+  bool owned_ = false;  // handed over as a unique_ptr: the timeline deletes it
 };
 
 class Timeline : public RefCounted {
@@ -55,8 +85,27 @@ class Timeline : public RefCounted {
   void advance(std::uint64_t seq) noexcept;
 
   // Fires `listener` once the timeline passes `seq`: at once, on this thread, if it already
-  // has. Never call with a lock held that a listener might take.
-  void listen(std::uint64_t seq, std::unique_ptr<Listener> listener);
+  // has. Never call with a lock held that a listener might take. Returns an id for unlisten():
+  // 0 if the fence had passed (the listener fired at once); the id of a listener that has
+  // fired since is stale (unlisten() returns false). Allocates nothing.
+  std::uint64_t listen(std::uint64_t seq, std::unique_ptr<Listener> listener) noexcept;
+  // The same for a listener its owner keeps alive until it has fired or been dropped (one
+  // embedded in the object it acts on: registering it needs no memory at all). It must not
+  // be registered twice at once.
+  std::uint64_t listen(std::uint64_t seq, Listener& listener) noexcept;
+
+  // Unparks `parker` once the timeline passes `seq` (at once if it has). False if no listener
+  // could be allocated for it (out of memory): nothing will unpark it then, so the waiter
+  // looks at the timeline itself between naps of at most kUnheardNap.
+  bool unpark_when_passed(std::uint64_t seq, const Ref<Parker>& parker) noexcept;
+  static constexpr std::chrono::milliseconds kUnheardNap{1};
+
+  // Takes back the listener that listen() registered under `id`, unfired, and destroys it
+  // (one its owner keeps: calls its dropped()), with no lock of the timeline held: true.
+  // False if it has fired or is firing (it then runs to the end), or for id 0. Ids are never
+  // reused, so a stale one takes nothing back. Costs a scan of the listeners. Never call with
+  // a lock held that the listener's destructor might take.
+  bool unlisten(std::uint64_t id) noexcept;
 
   // Fires the listeners the counter has passed. For counters advanced outside advance()
   // (a GPU writing pinned memory): the backend's watcher calls it.
@@ -103,8 +152,21 @@ class Timeline : public RefCounted {
   // lock in the common case of nobody listening.
   std::atomic<std::uint64_t> min_target_{kNone};
   RuntimeMutex mu_;
-  // A min-heap on the target.
-  std::vector<std::pair<std::uint64_t, Listener*>> heap_;
+  // A min-heap on the target (a pairing heap), and the list of all registered listeners,
+  // both linked through the listeners: see Listener.
+  Listener* heap_ = nullptr;
+  Listener* all_ = nullptr;
+  std::uint64_t next_id_ = 1;
+
+  std::uint64_t insert(std::uint64_t seq, Listener* listener) noexcept;
+  // Under mu_.
+  void link_locked(std::uint64_t seq, Listener* listener) noexcept;
+  Listener* pop_locked() noexcept;
+  void remove_locked(Listener* listener) noexcept;
+  static Listener* meld(Listener* a, Listener* b) noexcept;
+  static Listener* merge_pairs(Listener* first) noexcept;
+  // Destroys (owned) or drops (kept by its owner) a listener that will not fire.
+  static void discard(Listener* listener) noexcept;
 
  protected:
   ~Timeline() override;

@@ -1,8 +1,10 @@
 #include "core/work.hpp"
 
 #include <chrono>
-#include <optional>
 #include <mutex>
+#include <new>
+#include <optional>
+#include <utility>
 
 #include "eventide/errors.hpp"
 #include "core/timeline.hpp"
@@ -44,7 +46,9 @@ void Work::release_execution_state() noexcept {
   // Destroyed here, outside the lock: they may free memory.
 }
 
-std::string describe_error(const std::exception_ptr& error) {
+std::string describe_error(const std::exception_ptr& error) { return error_what(error); }
+
+const char* error_what(const std::exception_ptr& error) noexcept {
   if (!error) return "no error";
   try {
     std::rethrow_exception(error);
@@ -55,7 +59,30 @@ std::string describe_error(const std::exception_ptr& error) {
   }
 }
 
-std::exception_ptr root_cause(const std::exception_ptr& error) {
+const std::exception_ptr& out_of_memory_error() noexcept {
+  static const std::exception_ptr error = std::make_exception_ptr(std::bad_alloc());
+  return error;
+}
+
+namespace {
+
+// Made here (one per process), not where the first one is needed: that may be out of memory.
+[[maybe_unused]] const std::exception_ptr& g_out_of_memory = out_of_memory_error();
+
+// An exception_ptr to E(args...), made in place: make_exception_ptr copies its argument, and
+// copying an OpError allocates (its op name). Throws what making it throws (bad_alloc).
+template <class E, class... A>
+std::exception_ptr error_ptr(A&&... args) {
+  try {
+    throw E(std::forward<A>(args)...);
+  } catch (const E&) {
+    return std::current_exception();
+  }
+}
+
+}  // namespace
+
+std::exception_ptr root_cause(const std::exception_ptr& error) noexcept {
   try {
     std::rethrow_exception(error);
   } catch (const OpError& e) {
@@ -65,34 +92,56 @@ std::exception_ptr root_cause(const std::exception_ptr& error) {
   return error;
 }
 
-std::exception_ptr dependency_error(const Work& work, const Dep& dep) {
-  std::string why;
-  switch (dep.kind) {
-    case DepKind::input:
-      why = "a tensor it uses was produced by " + dep.work->describe() + ", which failed";
-      break;
-    case DepKind::gate:
-    case DepKind::waited:
-      why = "its stream waits on an event whose work failed (" + dep.work->describe() + ")";
-      break;
-    case DepKind::order:
-      why = "ordering dependency " + dep.work->describe() + " failed";
-      break;
-    case DepKind::previous:
-      why = "the work before it on its stream, " + dep.work->describe() + ", failed";
-      break;
-  }
+std::exception_ptr dependency_error(const Work& work, const Dep& dep) noexcept {
   const std::exception_ptr& cause = dep.work->error();
-  return std::make_exception_ptr(OpError(work.describe() + " did not run: " + why + ": " +
-                                             describe_error(root_cause(cause)),
-                                         work.describe(), root_cause(cause)));
+  try {
+    std::string why;
+    switch (dep.kind) {
+      case DepKind::input:
+        why = "a tensor it uses was produced by " + dep.work->describe() + ", which failed";
+        break;
+      case DepKind::gate:
+      case DepKind::waited:
+        why = "its stream waits on an event whose work failed (" + dep.work->describe() + ")";
+        break;
+      case DepKind::order:
+        why = "ordering dependency " + dep.work->describe() + " failed";
+        break;
+      case DepKind::previous:
+        why = "the work before it on its stream, " + dep.work->describe() + ", failed";
+        break;
+    }
+    std::exception_ptr root = root_cause(cause);
+    std::string name = work.describe();
+    return error_ptr<OpError>(name + " did not run: " + why + ": " + error_what(root), name,
+                              std::move(root));
+  } catch (...) {
+    return cause;  // out of memory for the message: it fails with what made it fail
+  }
 }
 
-std::exception_ptr first_dependency_error(const Work& work) {
+std::exception_ptr first_dependency_error(const Work& work) noexcept {
   for (const Dep& dep : work.deps()) {
     if (dep.kind != DepKind::order && dep.work->error()) return dependency_error(work, dep);
   }
   return nullptr;
+}
+
+std::exception_ptr body_error(const Work& work, std::exception_ptr thrown) noexcept {
+  try {
+    std::string name = work.describe();
+    return error_ptr<OpError>(name + " failed: " + error_what(thrown), name, thrown);
+  } catch (...) {
+    return thrown;  // out of memory for the message (often what the body threw, too)
+  }
+}
+
+std::exception_ptr shutdown_error(const Work& work) noexcept {
+  try {
+    return error_ptr<StateError>(work.describe() + " did not run: the eventide runtime shut down");
+  } catch (...) {
+    return out_of_memory_error();
+  }
 }
 
 namespace {

@@ -159,15 +159,32 @@ class Work final : public RefCounted {
   Ref<Stamp> stamp_;
 };
 
-// The error a Work gets when it is skipped because `dep` failed, naming both.
-std::exception_ptr dependency_error(const Work& work, const Dep& dep);
+// The errors a Work fails with. They are made where nothing may fail (a worker, a listener,
+// a Work's deferred error), so none of these throws: when memory for the message runs out,
+// the work still fails, with the best error at hand (the cause itself, or the bad_alloc).
+//
+// The error a Work gets when it is skipped because `dep` failed, naming both; without
+// memory, `dep`'s own error.
+std::exception_ptr dependency_error(const Work& work, const Dep& dep) noexcept;
 // The first error among deps whose failure propagates, as dependency_error; null if none.
 // Every dep must be done.
-std::exception_ptr first_dependency_error(const Work& work);
+std::exception_ptr first_dependency_error(const Work& work) noexcept;
+// The error of a Work whose body threw `thrown`: an OpError naming the work, whose cause()
+// is `thrown`; without memory, `thrown` itself.
+std::exception_ptr body_error(const Work& work, std::exception_ptr thrown) noexcept;
+// The error of a Work that did not run because the runtime shut down (a StateError); without
+// memory, a std::bad_alloc.
+std::exception_ptr shutdown_error(const Work& work) noexcept;
 // The root cause: the cause() of an OpError, else the error itself.
-std::exception_ptr root_cause(const std::exception_ptr& error);
+std::exception_ptr root_cause(const std::exception_ptr& error) noexcept;
 // what() of an exception_ptr, for messages.
 std::string describe_error(const std::exception_ptr& error);
+// The same without allocating, for code that must not fail (error reports in destructors and
+// threads): the text lives as long as `error` does.
+const char* error_what(const std::exception_ptr& error) noexcept;
+// A std::bad_alloc made at start-up (never allocated when memory is short), for errors that
+// cannot be made any other way.
+const std::exception_ptr& out_of_memory_error() noexcept;
 
 // The Work the calling thread is running (a stream worker inside a body), else null.
 const Work* running_work() noexcept;

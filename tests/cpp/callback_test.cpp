@@ -1,15 +1,20 @@
 // Callbacks: Event::add_callback and Tensor::add_completion_callback run once each, on a
 // runtime thread, also for failed work and when added after completion; a throwing callback
-// is reported and does not stop the others; callbacks may call any eventide API.
+// is reported and does not stop the others; callbacks may call any eventide API. A callback
+// taken back (EventState::remove_callback, for Python's cancelled awaits) never runs and is
+// freed at once, with the event if nothing else holds it.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/dispatcher.hpp"
+#include "core/event_state.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -288,6 +293,178 @@ TEST(CallbackTest, ACallbackMayResetAndReRecordItsOwnEvent) {
     ASSERT_TRUE(done.wait_for(30s));
     EXPECT_TRUE(e.poll());
   });
+}
+
+// --- Taking a callback back ----------------------------------------------------------------
+
+TEST(CallbackTest, ACallbackTakenBackNeverRunsAndIsDestroyedAtOnce) {
+  run_with_deadline([] {
+    ev::UserEvent u;
+    SharedCount calls = make_count(), kept_calls = make_count();
+    auto token = std::make_shared<int>(0);
+    std::weak_ptr<int> callable_alive = token;
+    const auto id = u.state()->add_callback([calls, token = std::move(token)] { calls->fetch_add(1); });
+    EXPECT_NE(id, 0u);
+    u.state()->add_callback([kept_calls] { kept_calls->fetch_add(1); });
+    EXPECT_TRUE(u.state()->remove_callback(id));
+    EXPECT_TRUE(callable_alive.expired()) << "the callable outlived remove_callback()";
+    EXPECT_FALSE(u.state()->remove_callback(id)) << "taken back twice";
+    u.set();
+    EXPECT_TRUE(wait_for_count(*kept_calls, 1)) << "the other callback did not run";
+    flush_callbacks();
+    EXPECT_EQ(calls->load(), 0) << "a callback taken back ran";
+  });
+}
+
+TEST(CallbackTest, TakingBackACallbackHandedOverToRunIsFalseAndItRunsOnce) {
+  run_with_deadline([] {
+    ev::UserEvent u;
+    SharedCount calls = make_count();
+    const auto id = u.state()->add_callback([calls] { calls->fetch_add(1); });
+    u.set();  // handed to the dispatcher: queued, running or done
+    EXPECT_FALSE(u.state()->remove_callback(id));
+    // Added to a finished event: handed over at once.
+    const auto late = u.state()->add_callback([calls] { calls->fetch_add(1); });
+    EXPECT_NE(late, id);
+    EXPECT_FALSE(u.state()->remove_callback(late));
+    EXPECT_TRUE(wait_for_count(*calls, 2));
+    EXPECT_FALSE(u.state()->remove_callback(late + 1000)) << "an unknown id";
+    flush_callbacks();
+    std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(calls->load(), 2);
+  });
+}
+
+TEST(CallbackTest, TakingBackTheLastCallbackLetsGoOfAnEventNobodyHolds) {
+  // The listener on the pending work holds the event, so that callbacks run when every handle
+  // is gone. Once the last callback is taken back, the listener is taken back too: an event
+  // nobody holds is freed at once, not when its work finishes (a Python `await tensor` given
+  // up makes such an event each time).
+  run_with_deadline([] {
+    ev::UserEvent gate;
+    ev::Stream s = gated_stream(gate);
+    std::weak_ptr<ev::detail::EventState> state;
+    {
+      ev::Event e = s.enqueue("held", [] {});
+      state = e.state();
+      for (int i = 0; i < 3; ++i) {
+        const auto id = e.state()->add_callback([] {});
+        EXPECT_TRUE(e.state()->remove_callback(id));
+      }
+    }
+    EXPECT_TRUE(state.expired()) << "the event outlived its last handle and callback";
+    // A callback not taken back keeps the event, and runs.
+    SharedCount calls = make_count();
+    {
+      ev::Event e = s.enqueue("held", [] {});
+      state = e.state();
+      const auto gone = e.state()->add_callback([calls] { calls->fetch_add(100); });
+      e.state()->add_callback([calls] { calls->fetch_add(1); });
+      EXPECT_TRUE(e.state()->remove_callback(gone));
+    }
+    EXPECT_FALSE(state.expired()) << "an event with a callback left was freed";
+    gate.set();
+    EXPECT_TRUE(wait_for_count(*calls, 1));
+    flush_callbacks();
+    EXPECT_EQ(calls->load(), 1);
+  });
+}
+
+TEST(CallbackTest, CallbacksAndWaitersAfterTheLastCallbackWasTakenBackStillRunAndWake) {
+  run_with_deadline([] {
+    ev::UserEvent gate;
+    ev::Stream s = gated_stream(gate);
+    ev::Event e = s.enqueue("held", [] {});
+    for (int i = 0; i < 100; ++i) {  // armed and taken back, over and over
+      EXPECT_TRUE(e.state()->remove_callback(e.state()->add_callback([] {})));
+    }
+    SharedCount calls = make_count();
+    e.add_callback([calls] { calls->fetch_add(1); });
+    std::atomic<bool> woke{false};
+    std::thread waiter([&] { woke = e.wait_for(60s); });
+    std::this_thread::sleep_for(20ms);  // the waiter registers
+    const auto id = e.state()->add_callback([] {});
+    EXPECT_TRUE(e.state()->remove_callback(id));  // not the last: the event stays armed
+    gate.set();
+    waiter.join();
+    EXPECT_TRUE(woke.load()) << "a waiter was not woken";
+    EXPECT_TRUE(wait_for_count(*calls, 1)) << "a callback was not run";
+    // A waiter alone, after the only callback was taken back.
+    ev::UserEvent gate2;
+    ev::Stream s2 = gated_stream(gate2);
+    ev::Event e2 = s2.enqueue("held", [] {});
+    EXPECT_TRUE(e2.state()->remove_callback(e2.state()->add_callback([] {})));
+    std::thread setter([&] {
+      std::this_thread::sleep_for(20ms);
+      gate2.set();
+    });
+    EXPECT_TRUE(e2.wait_for(60s)) << "a waiter after a callback was taken back was not woken";
+    setter.join();
+  });
+}
+
+TEST(CallbackTest, TakingBackRacingCompletionEitherTakesBackOrRunsEachCallbackOnce) {
+  // Callbacks fire on other threads while they are taken back: each one is either taken back
+  // (true: it never runs) or runs exactly once (false), whatever the interleaving.
+  for_thread_counts([](int threads) {
+    const int rounds = std::max(4, iterations(40));
+    const int per_thread = 64;
+    const int total = rounds * threads * per_thread;
+    auto ran = std::make_shared<std::vector<std::atomic<int>>>(static_cast<std::size_t>(total));
+    std::vector<char> taken_back(static_cast<std::size_t>(total), 0);
+    for (int round = 0; round < rounds; ++round) {
+      ev::UserEvent u;
+      Latch start(threads + 1);
+      run_threads(threads + 1, [&](int id) {
+        if (id == threads) {
+          start.arrive_and_wait();
+          std::this_thread::sleep_for(std::chrono::microseconds(50 * (round % 8)));
+          u.set();
+          return;
+        }
+        start.arrive_and_wait();
+        std::mt19937 rng(static_cast<unsigned>(round * 131 + id));
+        for (int i = 0; i < per_thread; ++i) {
+          const std::size_t slot = static_cast<std::size_t>((round * threads + id) * per_thread + i);
+          const auto cb_id = u.state()->add_callback([ran, slot] { (*ran)[slot].fetch_add(1); });
+          if (rng() % 4 != 0) taken_back[slot] = u.state()->remove_callback(cb_id) ? 1 : 0;
+        }
+      });
+    }
+    int want = 0;
+    for (char t : taken_back) want += t == 0;
+    const auto end = std::chrono::steady_clock::now() + 60s;
+    for (;;) {
+      int n = 0;
+      for (auto& r : *ran) n += r.load();
+      if (n >= want || std::chrono::steady_clock::now() > end) break;
+      std::this_thread::sleep_for(1ms);
+    }
+    flush_callbacks();
+    int wrong = 0;
+    for (std::size_t i = 0; i < taken_back.size(); ++i) wrong += (*ran)[i].load() + taken_back[i] != 1;
+    EXPECT_EQ(wrong, 0) << "callbacks taken back and run, or neither, or run twice (of " << total << ")";
+  });
+}
+
+TEST(CallbackTest, TargetFindsTheCallableOfItsOwnTypeOnly) {
+  struct Small {
+    int v;
+    void operator()() {}
+  };
+  struct Big {
+    char pad[200];
+    void operator()() {}
+  };
+  ev::detail::Callback small(Small{7});
+  ev::detail::Callback big(Big{});
+  ASSERT_NE(small.target<Small>(), nullptr);
+  EXPECT_EQ(small.target<Small>()->v, 7);
+  EXPECT_EQ(small.target<Big>(), nullptr);
+  EXPECT_NE(big.target<Big>(), nullptr);
+  EXPECT_EQ(big.target<Small>(), nullptr);
+  ev::detail::Callback empty;
+  EXPECT_EQ(empty.target<Small>(), nullptr);
 }
 
 // The seed program's pattern: a completion callback sets a flag that another thread waits for

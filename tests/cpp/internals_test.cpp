@@ -1,10 +1,14 @@
 // White-box tests of the runtime's primitives: Parker (src/core/parker.hpp) and Timeline
-// (src/core/timeline.hpp), plus the Work error helpers (src/core/work.hpp).
+// (src/core/timeline.hpp, listeners taken back included), plus the Work error helpers
+// (src/core/work.hpp).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <new>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/parker.hpp"
@@ -254,6 +258,75 @@ TEST(TimelineTest, UnfiredListenersAreFreedWithTheTimeline) {
   EXPECT_EQ(destroyed.load(), 1);
 }
 
+TEST(TimelineTest, UnlistenTakesBackAnUnfiredListenerAndDestroysIt) {
+  auto t = d::make_ref<d::Timeline>("t");
+  std::atomic<int> fired[3] = {}, destroyed{0};
+  const std::uint64_t a = t->listen(5, std::make_unique<CountingListener>(t.get(), 5, &fired[0], &destroyed));
+  const std::uint64_t b = t->listen(3, std::make_unique<CountingListener>(t.get(), 3, &fired[1], &destroyed));
+  const std::uint64_t c = t->listen(7, std::make_unique<CountingListener>(t.get(), 7, &fired[2], &destroyed));
+  EXPECT_NE(a, 0u);
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(t->unlisten(b));  // the one due first: the heap's front
+  EXPECT_EQ(destroyed.load(), 1) << "not destroyed by unlisten()";
+  EXPECT_FALSE(t->unlisten(b)) << "taken back twice";
+  EXPECT_TRUE(t->unlisten(a));
+  EXPECT_TRUE(t->has_listeners());
+  t->advance(6);
+  EXPECT_EQ(fired[0] + fired[1], 0) << "a listener taken back fired";
+  EXPECT_EQ(fired[2].load(), 0);
+  t->advance(7);
+  EXPECT_EQ(fired[2].load(), 1) << "the listener left in place did not fire";
+  EXPECT_FALSE(t->unlisten(c)) << "a fired listener was 'taken back'";
+  EXPECT_FALSE(t->has_listeners());
+  EXPECT_FALSE(t->unlisten(0));
+  EXPECT_EQ(destroyed.load(), 3);
+}
+
+TEST(TimelineTest, ListenOnAPassedFenceReturnsIdZero) {
+  auto t = d::make_ref<d::Timeline>("t");
+  t->advance(4);
+  std::atomic<int> fired{0};
+  EXPECT_EQ(t->listen(2, std::make_unique<CountingListener>(t.get(), 2, &fired)), 0u);
+  EXPECT_EQ(fired.load(), 1);
+}
+
+TEST(TimelineTest, ConcurrentUnlistenAndAdvanceEitherTakeBackOrFireEachListenerOnce) {
+  // Each listener is taken back (unlisten true: never fires) or fires exactly once (false):
+  // never both, never neither. Stale ids (of listeners that fired) take nothing back.
+  for_thread_counts([](int threads) {
+    const std::uint64_t last = static_cast<std::uint64_t>(std::max(200, iterations(20'000)));
+    auto t = d::make_ref<d::Timeline>("t");
+    const int per_thread = std::max(100, iterations(20'000) / threads);
+    const int listeners = per_thread * threads;
+    std::vector<std::atomic<int>> fired(static_cast<std::size_t>(listeners));
+    std::vector<char> taken_back(static_cast<std::size_t>(listeners), 0);
+    std::atomic<int> destroyed{0};
+    run_threads(threads + 1, [&](int id) {
+      if (id == threads) {
+        for (std::uint64_t v = 1; v <= last; ++v) {
+          t->advance(v);
+          if (v % 64 == 0) std::this_thread::yield();
+        }
+        return;
+      }
+      std::mt19937 rng(static_cast<unsigned>(id) + 1u);
+      for (int i = 0; i < per_thread; ++i) {
+        const std::uint64_t seq = 1 + rng() % last;
+        const std::size_t slot = static_cast<std::size_t>(id * per_thread + i);
+        const std::uint64_t listen_id = t->listen(
+            seq, std::make_unique<CountingListener>(t.get(), seq, &fired[slot], &destroyed));
+        if (rng() % 2 == 0) taken_back[slot] = t->unlisten(listen_id) ? 1 : 0;
+      }
+    });
+    t->advance(last);
+    int wrong = 0;
+    for (std::size_t i = 0; i < fired.size(); ++i) wrong += fired[i].load() + taken_back[i] != 1;
+    EXPECT_EQ(wrong, 0) << "listeners both taken back and fired, or neither, or fired twice";
+    EXPECT_EQ(destroyed.load(), listeners);
+    EXPECT_FALSE(t->has_listeners());
+  });
+}
+
 TEST(TimelineTest, ConcurrentListenAndAdvanceFireEachListenerExactlyOnce) {
   for_thread_counts([](int threads) {
     const std::uint64_t last = static_cast<std::uint64_t>(std::max(200, iterations(20'000)));
@@ -316,6 +389,94 @@ TEST(TimelineTest, ConcurrentAdvancesFromManyThreadsKeepTheMaximum) {
   });
 }
 
+// A listener its owner keeps (listen(seq, Listener&)): registered again from its own fire(),
+// as an event re-arms itself on its next pending Work.
+class KeptListener final : public d::Listener {
+ public:
+  d::Timeline* timeline = nullptr;
+  std::uint64_t next = 0;  // registers itself again on this fence from fire(), if not 0
+  int fired = 0;
+  int dropped_count = 0;
+  void fire() noexcept override {
+    ++fired;
+    if (next != 0) timeline->listen(std::exchange(next, 0), *this);
+  }
+  void dropped() noexcept override { ++dropped_count; }
+};
+
+TEST(TimelineTest, AListenerItsOwnerKeepsFiresOnceAndMayRegisterItselfAgainFromFire) {
+  auto t = d::make_ref<d::Timeline>("t");
+  KeptListener kept;
+  kept.timeline = t.get();
+  kept.next = 4;
+  EXPECT_NE(t->listen(2, kept), 0u);
+  t->advance(3);
+  EXPECT_EQ(kept.fired, 1);
+  EXPECT_TRUE(t->has_listeners()) << "not registered again from fire()";
+  t->advance(4);
+  EXPECT_EQ(kept.fired, 2);
+  EXPECT_FALSE(t->has_listeners());
+  EXPECT_EQ(kept.dropped_count, 0);
+  EXPECT_EQ(t->listen(1, kept), 0u) << "a passed fence fires at once";
+  EXPECT_EQ(kept.fired, 3);
+}
+
+TEST(TimelineTest, UnlistenDropsAListenerItsOwnerKeepsWithoutDestroyingIt) {
+  auto t = d::make_ref<d::Timeline>("t");
+  KeptListener kept;
+  std::atomic<int> fired{0}, destroyed{0};
+  const std::uint64_t id = t->listen(5, kept);
+  t->listen(7, std::make_unique<CountingListener>(t.get(), 7, &fired, &destroyed));
+  EXPECT_TRUE(t->unlisten(id));
+  EXPECT_EQ(kept.dropped_count, 1);
+  t->advance(10);
+  EXPECT_EQ(kept.fired, 0);
+  EXPECT_EQ(fired.load(), 1);
+  EXPECT_EQ(destroyed.load(), 1);
+  // Destroyed with a kept listener registered: dropped, not deleted (its owner keeps it).
+  {
+    auto u = d::make_ref<d::Timeline>("u");
+    u->listen(3, kept);
+  }
+  EXPECT_EQ(kept.dropped_count, 2);
+}
+
+TEST(TimelineTest, ListenersOnManyFencesInAnyOrderFireInTargetOrder) {
+  // The heap is linked through the listeners: a shuffled registration, fences passed one by
+  // one, each listener fired when its own fence passes and not before.
+  auto t = d::make_ref<d::Timeline>("t");
+  constexpr int kCount = 2000;
+  std::vector<std::uint64_t> targets;
+  for (int i = 0; i < kCount; ++i) targets.push_back(static_cast<std::uint64_t>(1 + i % 500));
+  std::shuffle(targets.begin(), targets.end(), std::mt19937(7));
+  std::vector<std::atomic<int>> fired(501);
+  std::atomic<int> early{0};
+  for (std::uint64_t target : targets) {
+    t->listen(target, std::make_unique<CountingListener>(t.get(), target, &fired[target], nullptr, &early));
+  }
+  for (std::uint64_t v = 1; v <= 500; ++v) {
+    t->advance(v);
+    ASSERT_EQ(fired[v].load(), kCount / 500) << "fence " << v;
+    if (v < 500) ASSERT_EQ(fired[v + 1].load(), 0) << "fence " << v + 1 << " fired early";
+  }
+  EXPECT_EQ(early.load(), 0);
+  EXPECT_FALSE(t->has_listeners());
+}
+
+TEST(TimelineTest, UnparkWhenPassedWakesTheParker) {
+  auto t = d::make_ref<d::Timeline>("t");
+  auto parker = d::make_ref<d::Parker>();
+  ASSERT_TRUE(t->unpark_when_passed(1, parker));
+  std::thread advancer([&] {
+    std::this_thread::sleep_for(2ms);
+    t->advance(1);
+  });
+  while (!t->passed(1)) parker->park(d::deadline_after(10s));
+  advancer.join();
+  EXPECT_TRUE(t->unpark_when_passed(1, parker)) << "a passed fence unparks at once";
+  parker->park(d::deadline_after(10s));  // returns at once: the token is there
+}
+
 // --- Work errors -------------------------------------------------------------------------
 
 TEST(WorkTest, DependencyErrorsNameBothOpsAndKeepTheRootCause) {
@@ -341,6 +502,23 @@ TEST(WorkTest, DependencyErrorsNameBothOpsAndKeepTheRootCause) {
   EXPECT_TRUE(holds<UserError>(d::root_cause(producer->error())));
   EXPECT_EQ(d::root_cause(user_error), user_error);
   EXPECT_EQ(d::describe_error(nullptr), "no error");
+}
+
+TEST(WorkTest, BodyAndShutdownErrorsNameTheWork) {
+  auto tl = d::make_ref<d::Timeline>("cpu stream 7");
+  auto work = d::make_ref<d::Work>(tl, "op", d::WorkKind::op);
+  work->set_seq(3);
+  auto thrown = std::make_exception_ptr(UserError("boom"));
+  auto err = d::body_error(*work, thrown);
+  ASSERT_TRUE(holds<ev::OpError>(err));
+  EXPECT_NE(what(err).find("op#3 on cpu stream 7 failed: boom"), std::string::npos) << what(err);
+  EXPECT_EQ(op_cause(err), thrown);
+  auto stop = d::shutdown_error(*work);
+  ASSERT_TRUE(holds<ev::StateError>(stop));
+  EXPECT_NE(what(stop).find("op#3"), std::string::npos) << what(stop);
+  EXPECT_STREQ(d::error_what(err), what(err).c_str());
+  EXPECT_STREQ(d::error_what(nullptr), "no error");
+  EXPECT_TRUE(holds<std::bad_alloc>(d::out_of_memory_error()));
 }
 
 }  // namespace
@@ -377,6 +555,31 @@ TEST(RuntimeLockTest, ReleasesWaitForTheLastRuntimeLockToBeLetGo) {
   EXPECT_EQ(runs, 3) << "did not run when the last runtime lock was let go";
   EXPECT_EQ(locks_seen, 0);
   EXPECT_EQ(d::deferred_releases(), deferred + 2);
+  EXPECT_EQ(d::runtime_locks_held(), 0);
+}
+
+// A release that takes and lets go of a runtime lock (Python's cycle collector, run from a
+// release, visits an event under its lock) does not run the other deferred releases from
+// inside itself: they run after it, one at a time.
+TEST(RuntimeLockTest, AReleaseThatLocksDoesNotRunTheOtherReleasesInsideItself) {
+  namespace d = ev::detail;
+  static d::RuntimeMutex visited;
+  static int depth = 0, deepest = 0, runs = 0;
+  auto release = [](void*) {
+    ++depth;
+    deepest = std::max(deepest, depth);
+    { std::lock_guard lock(visited); }  // let go of its last lock inside a release
+    ++runs;
+    --depth;
+  };
+  depth = deepest = runs = 0;
+  d::RuntimeMutex mu;
+  {
+    std::lock_guard lock(mu);
+    for (int i = 0; i < 3; ++i) d::run_when_unlocked(release, nullptr);
+  }
+  EXPECT_EQ(runs, 3);
+  EXPECT_EQ(deepest, 1) << "a deferred release ran inside another one";
   EXPECT_EQ(d::runtime_locks_held(), 0);
 }
 

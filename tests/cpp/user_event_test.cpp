@@ -382,6 +382,18 @@ TEST(UserEventTest, CopiesKeepItAliveUntilTheLastOneGoes) {
   });
 }
 
+TEST(UserEventTest, HandleCountCountsUserEventCopiesNotPlainEvents) {
+  ev::UserEvent u;
+  EXPECT_EQ(u.handle_count(), 1);
+  {
+    ev::UserEvent copy = u;
+    ev::Event plain = u;
+    EXPECT_EQ(u.handle_count(), 2);
+    EXPECT_EQ(copy.handle_count(), 2);
+  }
+  EXPECT_EQ(u.handle_count(), 1);
+}
+
 TEST(UserEventTest, APlainEventCopyKeepsWorking) {
   run_with_deadline([] {
     ev::UserEvent u;

@@ -56,6 +56,18 @@ class Callback {
   explicit operator bool() const noexcept { return ops_ != nullptr; }
   void operator()() { ops_->call(buf_); }
 
+  // The callable if it is a `D` (as std::function::target), else null: the Python binding
+  // finds its own callables among an event's callbacks this way. Only within the shared
+  // library that made the Callback (the type's operations are compared by address).
+  template <class D>
+  D* target() noexcept {
+    if constexpr (fits_inline<D>) {
+      return ops_ == &kInlineOps<D> ? std::launder(reinterpret_cast<D*>(buf_)) : nullptr;
+    } else {
+      return ops_ == &kHeapOps<D> ? *reinterpret_cast<D**>(buf_) : nullptr;
+    }
+  }
+
  private:
   struct Ops {
     void (*call)(void* self);

@@ -35,17 +35,11 @@ thread_local WorkerPool* tls_pool = nullptr;
 
 }  // namespace
 
-// Makes a parked stream ready again when the fence it waits for passes.
-class ResumeListener final : public detail::Listener {
- public:
-  explicit ResumeListener(std::shared_ptr<CpuStream> stream) : stream_(std::move(stream)) {}
-  void fire() noexcept override {
-    if (stream_->unpark_from_dependency()) stream_->pool_.make_ready(std::move(stream_));
-  }
-
- private:
-  std::shared_ptr<CpuStream> stream_;
-};
+void CpuStream::ResumeListener::fire() noexcept {
+  // Moved out first: once resumed, the stream may park (and hold itself here) again.
+  std::shared_ptr<CpuStream> s = std::move(stream_);
+  if (s->unpark_from_dependency()) s->pool_.make_ready(std::move(s));
+}
 
 // --- CpuStream -----------------------------------------------------------------------------
 
@@ -118,28 +112,63 @@ bool CpuStream::unpark_from_dependency() noexcept {
 
 WorkerPool::WorkerPool() : max_threads_(read_max_threads()) {}
 
+void WorkerPool::push_ready_locked(std::shared_ptr<CpuStream> stream, bool front) noexcept {
+  CpuStream* raw = stream.get();
+  if (!ready_head_) {
+    ready_head_ = std::move(stream);
+    ready_tail_ = raw;
+  } else if (front) {
+    raw->next_ready_ = std::move(ready_head_);
+    ready_head_ = std::move(stream);
+  } else {
+    ready_tail_->next_ready_ = std::move(stream);
+    ready_tail_ = raw;
+  }
+  ready_count_.store(++ready_size_, std::memory_order_relaxed);
+}
+
+std::shared_ptr<CpuStream> WorkerPool::pop_ready_locked() noexcept {
+  std::shared_ptr<CpuStream> s = std::move(ready_head_);
+  if (!s) return s;
+  ready_head_ = std::move(s->next_ready_);
+  if (!ready_head_) ready_tail_ = nullptr;
+  ready_count_.store(--ready_size_, std::memory_order_relaxed);
+  return s;
+}
+
+void WorkerPool::link_parked_locked(CpuStream& s) noexcept {
+  if (s.in_parked_list_) return;
+  s.in_parked_list_ = true;
+  s.parked_prev_ = nullptr;
+  s.parked_next_ = parked_;
+  if (parked_) parked_->parked_prev_ = &s;
+  parked_ = &s;
+}
+
+void WorkerPool::unlink_parked_locked(CpuStream& s) noexcept {
+  if (!s.in_parked_list_) return;
+  s.in_parked_list_ = false;
+  (s.parked_prev_ ? s.parked_prev_->parked_next_ : parked_) = s.parked_next_;
+  if (s.parked_next_) s.parked_next_->parked_prev_ = s.parked_prev_;
+  s.parked_prev_ = s.parked_next_ = nullptr;
+}
+
 void WorkerPool::make_ready(std::shared_ptr<CpuStream> stream) noexcept {
   std::unique_lock lock(mu_);
-  parked_.erase(stream.get());
+  unlink_parked_locked(*stream);
   if (stop_.load(std::memory_order_relaxed) && live_ == 0) {
     // Stopped, and no thread is left to take it: what it has queued fails here and now.
     lock.unlock();
     serve_stopped(*stream);
     return;
   }
-  ready_.push_back(std::move(stream));
-  ready_count_.store(ready_.size(), std::memory_order_relaxed);
+  push_ready_locked(std::move(stream), /*front=*/false);
   find_thread_locked();
 }
 
 void WorkerPool::requeue(std::shared_ptr<CpuStream> stream, bool front) noexcept {
   std::lock_guard lock(mu_);
-  if (front) {
-    ready_.push_front(std::move(stream));
-  } else {
-    ready_.push_back(std::move(stream));
-  }
-  ready_count_.store(ready_.size(), std::memory_order_relaxed);
+  push_ready_locked(std::move(stream), front);
 }
 
 void WorkerPool::find_thread_locked() noexcept {
@@ -160,6 +189,7 @@ void WorkerPool::find_thread_locked() noexcept {
 bool WorkerPool::start_thread_locked() noexcept {
   try {
     workers_.reserve(workers_.size() + 1);
+    idle_.reserve(workers_.size() + 1);  // run() adds itself there, where nothing may fail
     auto w = std::make_unique<Worker>();
     // The new thread blocks on mu_ until the caller lets go of it.
     w->thread = detail::RuntimeThread([this, raw = w.get()] { run(*raw); });
@@ -192,14 +222,12 @@ void WorkerPool::run(Worker& w) noexcept {
   detail::set_blocking_observer(this);
   std::unique_lock lock(mu_);
   for (;;) {
-    if (!ready_.empty() && paused_ == 0) {
+    if (ready_head_ && paused_ == 0) {
       if (w.idle) {
         idle_.erase(std::find(idle_.begin(), idle_.end(), &w));
         w.idle = false;
       }
-      w.stream = std::move(ready_.front());
-      ready_.pop_front();
-      ready_count_.store(ready_.size(), std::memory_order_relaxed);
+      w.stream = pop_ready_locked();
       ++busy_;
       lock.unlock();
       serve(*w.stream, w);
@@ -223,7 +251,7 @@ void WorkerPool::run(Worker& w) noexcept {
     const detail::Clock::time_point until = detail::Clock::now() + kIdleExit;
     w.parker->park(until);
     lock.lock();
-    if (w.idle && detail::Clock::now() >= until && ready_.empty() && live_ > 1 &&
+    if (w.idle && detail::Clock::now() >= until && !ready_head_ && live_ > 1 &&
         paused_ == 0 && !stop_.load(std::memory_order_relaxed)) {
       // Idle for kIdleExit: the thread leaves (the last one stays, so that there is always
       // one to run what is submitted).
@@ -288,13 +316,13 @@ void WorkerPool::park_on(CpuStream& s, Work* rest, const detail::Dep& dep) noexc
   const std::uint64_t seq = dep.work->seq();
   auto stream = std::static_pointer_cast<CpuStream>(s.shared_from_this());
   if (!rest->timed() && detail::profiling()) rest->set_reached(detail::host_now_ns());
-  auto listener = std::make_unique<ResumeListener>(stream);
+  s.resume_.hold(stream);  // not registered: it fired, if the stream parked before
   {
     std::lock_guard lock(mu_);
-    parked_.insert(&s);
+    link_parked_locked(s);
   }
   s.put_back(rest, /*park=*/true);
-  timeline->listen(seq, std::move(listener));
+  timeline->listen(seq, s.resume_);  // allocates nothing
   // stop() resumes the streams parked when it runs; one parked after that resumes here.
   if (stop_.load(std::memory_order_acquire) && s.unpark_from_dependency()) make_ready(stream);
 }
@@ -316,7 +344,7 @@ void WorkerPool::serve_stopped(CpuStream& s) noexcept {
 void WorkerPool::blocking_begins() noexcept {
   std::lock_guard lock(mu_);
   ++blocked_;
-  if (!ready_.empty()) find_thread_locked();
+  if (ready_head_) find_thread_locked();
 }
 
 void WorkerPool::blocking_ends() noexcept {
@@ -325,27 +353,33 @@ void WorkerPool::blocking_ends() noexcept {
 }
 
 void WorkerPool::stop(detail::Clock::time_point deadline) noexcept {
-  std::vector<std::shared_ptr<CpuStream>> parked;
+  // Nothing here allocates: it runs at exit, where nothing may fail.
   {
     std::lock_guard lock(mu_);
     if (stop_.exchange(true)) return;
-    for (CpuStream* s : parked_) parked.push_back(std::static_pointer_cast<CpuStream>(s->shared_from_this()));
   }
-  // Their queued work fails now, in order, instead of waiting for fences that may never pass.
-  for (auto& s : parked) {
+  // The parked streams' queued work fails now, in order, instead of waiting for fences that
+  // may never pass. One at a time (make_ready takes them off the list); none parks any more.
+  for (;;) {
+    std::shared_ptr<CpuStream> s;
+    {
+      std::lock_guard lock(mu_);
+      if (!parked_) break;
+      s = std::static_pointer_cast<CpuStream>(parked_->shared_from_this());
+      unlink_parked_locked(*s);
+    }
     if (s->unpark_from_dependency()) make_ready(std::move(s));
   }
-  std::vector<detail::RuntimeThread> threads;
+  std::size_t count;
   {
     std::lock_guard lock(mu_);
-    for (auto& w : workers_) {
-      w->parker->unpark();
-      threads.push_back(std::move(w->thread));
-    }
+    for (auto& w : workers_) w->parker->unpark();
+    count = workers_.size();  // the list does not change once stopping (no start, no exit)
   }
   // Each thread fails what is ready and finishes what it runs; all stop together, so the
-  // grace period is for the slowest, not the sum.
-  for (auto& t : threads) t.join_until(deadline);
+  // grace period is for the slowest, not the sum. Joined in place: moving the threads out
+  // would allocate.
+  for (std::size_t i = 0; i < count; ++i) workers_[i]->thread.join_until(deadline);
 }
 
 void WorkerPool::before_fork(detail::Clock::time_point deadline, bool hold) noexcept {
@@ -354,7 +388,7 @@ void WorkerPool::before_fork(detail::Clock::time_point deadline, bool hold) noex
     pausing_.store(true, std::memory_order_release);
     // A body that forks is one of the running ones: it cannot finish first.
     const std::size_t own = tls_pool == this ? 1 : 0;
-    const Ref<Parker> waiter = detail::this_thread_parker();
+    const Ref<Parker> waiter = fork_waiter_;  // this_thread_parker() may allocate
     pause_waiter_ = waiter;
     while (busy_ > own && detail::Clock::now() < deadline) {
       lock.unlock();
@@ -370,27 +404,17 @@ void WorkerPool::after_fork_in_parent(bool held) noexcept {
   std::unique_lock lock = held ? std::unique_lock(mu_, std::adopt_lock) : std::unique_lock(mu_);
   if (paused_ == 0 || --paused_ > 0) return;
   pausing_.store(false, std::memory_order_release);
-  for (std::size_t i = 0; i < ready_.size(); ++i) find_thread_locked();
+  for (std::size_t i = 0; i < ready_size_; ++i) find_thread_locked();
 }
 
 void WorkerPool::after_fork_in_child() noexcept {
-  // Only the forking thread exists here. The others' records are left as they are (never
-  // destroyed: a thread that does not exist cannot be joined); what they were serving is
-  // taken back.
-  struct Taken {
-    std::shared_ptr<CpuStream> stream;
-    Work* running;
-    Work* rest;
-  };
-  std::vector<Taken> taken;
+  // Only the forking thread exists here. The others' records are kept (never destroyed: a
+  // thread that does not exist cannot be joined) and what they were serving is taken back.
+  // Nothing here allocates but the error messages, which have a fallback.
+  std::vector<std::unique_ptr<Worker>> gone;
   {
     std::lock_guard lock(mu_, std::adopt_lock);  // taken by before_fork(…, hold = true)
-    for (auto& w : workers_) {
-      if (w->stream) taken.push_back(Taken{std::move(w->stream), w->running, w->rest});
-      w->thread.abandon();
-      (void)w.release();
-    }
-    workers_.clear();
+    gone.swap(workers_);
     idle_.clear();
     live_ = 0;
     alive_.store(0, std::memory_order_release);
@@ -399,23 +423,36 @@ void WorkerPool::after_fork_in_child() noexcept {
     pause_waiter_ = nullptr;
     pausing_.store(false, std::memory_order_release);
   }
-  for (Taken& t : taken) {
-    if (Work* work = t.running) {
-      // Its body was running on a thread the child does not have: it never finishes here.
-      // It fails (its results are not to be trusted), and it is kept, never destroyed: its
-      // body's state is whatever the fork caught.
-      work->set_error(std::make_exception_ptr(StateError(
+  // First the Works whose bodies were running on a thread the child does not have: they never
+  // finish here, so they fail (their results are not to be trusted), before anything after
+  // them on their stream can run. Each is kept, never destroyed: its body's state is whatever
+  // the fork caught.
+  for (auto& w : gone) {
+    Work* work = w->running;
+    if (!work) continue;
+    std::exception_ptr error;
+    try {
+      error = std::make_exception_ptr(StateError(
           work->describe() + " was interrupted by fork(): it was running in the parent, and "
-                             "the child does not have the thread that ran it")));
-      const std::int64_t now = detail::host_now_ns();
-      work->set_times(now, now);
-      work->timeline().advance(work->seq());
+                             "the child does not have the thread that ran it"));
+    } catch (...) {
+      error = detail::out_of_memory_error();
     }
-    t.stream->put_back(t.rest, /*park=*/false);
-    requeue(std::move(t.stream), /*front=*/true);
+    work->set_error(std::move(error));
+    const std::int64_t now = detail::host_now_ns();
+    work->set_times(now, now);
+    work->timeline().advance(work->seq());
   }
   std::lock_guard lock(mu_);
-  for (std::size_t i = 0; i < ready_.size(); ++i) find_thread_locked();
+  for (auto& w : gone) {
+    if (w->stream) {
+      w->stream->put_back(w->rest, /*park=*/false);
+      push_ready_locked(std::move(w->stream), /*front=*/true);
+    }
+    w->thread.abandon();
+    (void)w.release();
+  }
+  for (std::size_t i = 0; i < ready_size_; ++i) find_thread_locked();
 }
 
 }  // namespace eventide::backends::cpu

@@ -63,7 +63,22 @@ class CpuStream final : public StreamState {
 
  private:
   friend class WorkerPool;
-  friend class ResumeListener;
+
+  // Makes the stream ready again when the fence it is parked on passes. Kept in the stream so
+  // that parking allocates nothing (the pool parks streams where nothing may fail): a stream
+  // is parked on one fence at a time, and parks again only after this fired (stop() resumes
+  // parked streams without it, but nothing parks once the pool stops). While registered it
+  // holds the stream.
+  class ResumeListener final : public detail::Listener {
+   public:
+    void hold(std::shared_ptr<CpuStream> stream) noexcept { stream_ = std::move(stream); }
+    void fire() noexcept override;
+    void dropped() noexcept override { std::shared_ptr<CpuStream> s = std::move(stream_); }
+
+   private:
+    std::shared_ptr<CpuStream> stream_;
+  };
+
   // Takes the whole queue (a list linked through Work::next, oldest first); null if empty.
   Work* take_all() noexcept;
   // Puts `rest` (a list, oldest first, not run yet) back at the head of the queue; with
@@ -80,6 +95,12 @@ class CpuStream final : public StreamState {
   Work* tail_ = nullptr;
   bool scheduled_ = false;  // ready, served by a thread, or parked
   bool parked_ = false;     // parked on a dependency's fence
+  ResumeListener resume_;   // registered while parked
+  // The pool's lists (under the pool's lock): the ready queue, and the parked streams.
+  std::shared_ptr<CpuStream> next_ready_;
+  CpuStream* parked_prev_ = nullptr;
+  CpuStream* parked_next_ = nullptr;
+  bool in_parked_list_ = false;
 };
 
 class WorkerPool final : private detail::BlockingObserver {
@@ -134,6 +155,11 @@ class WorkerPool final : private detail::BlockingObserver {
   void find_thread_locked() noexcept;
   // Parks `s` on `dep`'s fence; `rest` (the Works not run) goes back to its queue.
   void park_on(CpuStream& s, Work* rest, const detail::Dep& dep) noexcept;
+  // The intrusive lists, under mu_: nothing here allocates.
+  void push_ready_locked(std::shared_ptr<CpuStream> stream, bool front) noexcept;
+  std::shared_ptr<CpuStream> pop_ready_locked() noexcept;
+  void link_parked_locked(CpuStream& s) noexcept;
+  void unlink_parked_locked(CpuStream& s) noexcept;
   void blocking_begins() noexcept override;
   void blocking_ends() noexcept override;
 
@@ -141,11 +167,16 @@ class WorkerPool final : private detail::BlockingObserver {
   detail::RuntimeMutex mu_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<Worker*> idle_;  // most recently idle last
-  std::unordered_set<CpuStream*> parked_;  // held alive by the listener they are parked on
+  CpuStream* parked_ = nullptr;  // the parked streams (held alive by their listener)
   std::size_t live_ = 0;                   // threads running (the records may outlive them)
   std::atomic<std::size_t> alive_{0};      // live_, for ensure_thread's look without mu_
-  std::deque<std::shared_ptr<CpuStream>> ready_;
-  std::atomic<std::size_t> ready_count_{0};  // ready_.size(), for the time-slice check
+  // The ready queue, linked through CpuStream::next_ready_ (a stream is in it at most once).
+  std::shared_ptr<CpuStream> ready_head_;
+  CpuStream* ready_tail_ = nullptr;
+  std::size_t ready_size_ = 0;
+  std::atomic<std::size_t> ready_count_{0};  // ready_size_, for the time-slice check
+  // For before_fork's wait: made with the pool, not when a fork comes (nothing may fail then).
+  const Ref<Parker> fork_waiter_ = detail::make_ref<Parker>();
   std::size_t busy_ = 0;
   std::size_t blocked_ = 0;
   std::string refused_why_;  // the OS's reason the last time it refused a thread

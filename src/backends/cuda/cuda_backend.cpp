@@ -294,9 +294,15 @@ class CudaBackend final : public detail::DeviceBackend {
   bool after_fork_in_child() noexcept override {
     // CUDA does not survive fork: the child has the parent's handles but no context, and not
     // the watcher thread. The work from before the fork fails instead of never finishing.
-    state_.mark_broken(std::make_exception_ptr(StateError(
-        "the process is the child of a fork(), and CUDA does not survive fork: start the child "
-        "with the 'spawn' or 'forkserver' method, or fork before the first use of the GPU")));
+    std::exception_ptr error;
+    try {
+      error = std::make_exception_ptr(StateError(
+          "the process is the child of a fork(), and CUDA does not survive fork: start the "
+          "child with the 'spawn' or 'forkserver' method, or fork before the first use of the GPU"));
+    } catch (...) {
+      error = detail::out_of_memory_error();
+    }
+    state_.mark_broken(std::move(error));
     return false;
   }
 
