@@ -5,6 +5,7 @@
 #   make test       build, then run every test (C++ and Python tests, examples)
 #   make bench      build (Release), run the benchmarks, write build/bench/results.md
 #   make sanitize   the tests under ThreadSanitizer, then AddressSanitizer + UBSan
+#   make soak       build, then the stress, fault and memory tests, longer (more examples and rounds), SOAK_LOOPS times
 #   make gpu-check  on a machine with a GPU: build with CUDA, GPU tests, benchmarks, sanitizer
 #   make install    install into PREFIX (default /usr/local)
 
@@ -15,7 +16,7 @@ GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Uni
 CMAKE_ARGS ?=
 CTEST_ARGS ?=
 
-.PHONY: all run test bench sanitize sanitize-thread sanitize-address gpu-check install deps clean
+.PHONY: all run test bench sanitize sanitize-thread sanitize-address gpu-check install deps clean soak
 
 all: $(BUILD)/.configured
 	cmake --build $(BUILD) -j $(JOBS)
@@ -62,6 +63,18 @@ sanitize-address: deps
 
 gpu-check:
 	scripts/gpu-check.sh
+
+# The suite's stress and fault tests with their limits raised (each file reads its variable).
+SOAK_LOOPS ?= 3
+SOAK_FILES := test_stress.py test_stateful.py test_lock_rule.py test_crafted_inputs.py \
+              test_memory.py test_leaks.py test_exit.py test_interrupt.py test_fork.py test_thread_limit.py
+soak: all
+	cd tests/python && for i in $$(seq $(SOAK_LOOPS)); do \
+	  echo "soak: round $$i of $(SOAK_LOOPS)"; \
+	  PYTHONPATH=$(CURDIR)/$(BUILD)/python PYTHONDONTWRITEBYTECODE=1 \
+	  EVENTIDE_HYPOTHESIS_EXAMPLES=2000 EVENTIDE_STRESS_EXAMPLES=1000 EVENTIDE_STRESS_THREADS=8 \
+	  EVENTIDE_SOAK_ROUNDS=2000 $(PYTHON) -m pytest $(SOAK_FILES) -q -p no:cacheprovider || exit 1; \
+	done
 
 install: all
 	cmake --install $(BUILD) --prefix $(PREFIX)

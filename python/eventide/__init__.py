@@ -251,7 +251,9 @@ def _settle(future: "_asyncio.Future[None]", event: Event) -> None:
 
 def _event_future(event: Event) -> "_asyncio.Future[None]":
     """A future of the running loop, completed (from the callback thread, through
-    ``loop.call_soon_threadsafe``: never by polling) when ``event`` finishes."""
+    ``loop.call_soon_threadsafe``: never by polling) when ``event`` finishes. Cancelling it
+    (``asyncio.wait_for`` timing out) takes the callback back from the event, so that an
+    await given up leaves nothing behind."""
     loop = _asyncio.get_running_loop()
     future = loop.create_future()
 
@@ -261,7 +263,14 @@ def _event_future(event: Event) -> "_asyncio.Future[None]":
         except RuntimeError:
             pass  # the loop has been closed: nobody is awaiting any more
 
-    event.add_callback(on_finish)  # raises EventStateError on an empty event
+    callback_id = event._add_callback(on_finish)  # EventStateError on an empty event
+
+    def on_done(f: "_asyncio.Future[None]") -> None:
+        if f.cancelled():
+            # False if on_finish has been handed over to run: it then finds the future done.
+            event._remove_callback(callback_id)
+
+    future.add_done_callback(on_done)
     return future
 
 

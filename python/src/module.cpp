@@ -7,10 +7,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "core/event_state.hpp"
@@ -138,6 +143,76 @@ detail::Callback to_callback(const py::object& fn, const char* where) {
                           py::repr(fn).cast<std::string>());
   }
   return detail::Callback(PyCallback{PyHandle(fn)});
+}
+
+// --- A UserEvent held by its own callbacks ---------------------------------------------------
+//
+// A Python callback on a pending UserEvent that refers to that UserEvent (`u.add_callback(
+// lambda: u)`, a closure over it, the future of an `await u`) makes a cycle through C++: the
+// event holds the callback, the callback the Python UserEvent, and that the handle whose going
+// would fail the event. Python's collector sees the cycle because a UserEvent object reports
+// (tp_traverse) the Python callables waiting on its event while only it can finish the event:
+// it is the last handle, and the event's set step is pending. When the collector finds the cycle
+// unreachable, it first finalizes the UserEvent (tp_finalize): the event fails as when the last
+// handle goes, so streams and events waiting on it get that error, and its callbacks are
+// handed to the dispatcher. From then on they are not the UserEvent's to report: the collector
+// sees them referenced from outside and frees nothing (nothing is cleared under a callback that
+// is still to run: a cleared function crashes when called). The callbacks run once, with the
+// failure, as on any failed event; when they have, nothing holds the cycle and reference
+// counting frees it. A UserEvent finalized once (and revived by its callbacks) reports nothing
+// any more: the collector calls tp_finalize only once per object.
+
+UserEvent* user_event_of(PyObject* self) noexcept {
+  auto* inst = reinterpret_cast<py::detail::instance*>(self);
+  py::detail::value_and_holder vh = inst->get_value_and_holder(nullptr, /*throw_if_missing=*/false);
+  if (!vh || !vh.holder_constructed()) return nullptr;  // not initialized, or being destroyed
+  return static_cast<UserEvent*>(vh.value_ptr());
+}
+
+bool finalized(PyObject* self) noexcept {
+#if PY_VERSION_HEX >= 0x03090000
+  return PyObject_GC_IsFinalized(self) != 0;
+#else
+  (void)self;
+  return true;  // it cannot be told: report nothing (such cycles are not collected)
+#endif
+}
+
+extern "C" int user_event_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));  // a heap type: its instances hold a reference to it
+  if (finalized(self)) return 0;
+  UserEvent* u = user_event_of(self);
+  // Another handle (a C++ copy) could set the event, and would make its callbacks someone
+  // else's too; one handle per Python object keeps each callable reported once.
+  if (u == nullptr || u->handle_count() != 1) return 0;
+  return u->state()->visit_callbacks_held_by_handles([&](detail::Callback& callback) -> int {
+    if (PyCallback* c = callback.target<PyCallback>()) Py_VISIT(c->fn.get().ptr());
+    return 0;
+  });
+}
+
+extern "C" void user_event_finalize(PyObject* self) {
+  UserEvent* u = user_event_of(self);
+  if (u == nullptr || u->handle_count() != 1) return;
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);  // a finalizer leaves the error indicator alone
+  u->state()->user_abandon();  // what dropping the last handle does: fails it if unset
+  PyErr_Restore(type, value, traceback);
+}
+
+extern "C" void user_event_dealloc(PyObject* self) {
+  // No collection may look at the object while its C++ object is being destroyed (that can
+  // run Python code: the releases the runtime deferred).
+  PyObject_GC_UnTrack(self);
+  py::detail::pybind11_object_dealloc(self);
+}
+
+void setup_user_event_type(PyHeapTypeObject* heap_type) {
+  PyTypeObject* type = &heap_type->ht_type;
+  type->tp_flags |= Py_TPFLAGS_HAVE_GC;
+  type->tp_traverse = &user_event_traverse;
+  type->tp_finalize = &user_event_finalize;
+  type->tp_dealloc = &user_event_dealloc;
 }
 
 // --- Waiting -------------------------------------------------------------------------------
@@ -378,6 +453,10 @@ void sync_current_streams() {
     }
   }
   applied_devices.clear();
+  // Room first (MemoryError here), so that the exchange cannot leave a block's stream
+  // silently not current.
+  for (auto& [d, st] : want) detail::reserve_current_stream(d);
+  applied_devices.reserve(want.size());
   for (auto& [d, st] : want) {
     detail::exchange_current_stream(d, st);
     applied_devices.push_back(d);
@@ -436,10 +515,34 @@ Tensor py_mul(const Tensor& a, const Tensor& b) {
 
 // --- Tensors and NumPy ---------------------------------------------------------------------
 
-class PyStorage final : public detail::Storage {
+// Whether the library that lent eventide some memory lets others write it. eventide's ops write
+// only the new tensors they return, never their inputs, so read-only memory is an input like any
+// other; what must not happen is that eventide hands it on as writable (__dlpack__).
+enum class Access { writable, read_only };
+
+// Memory eventide did not allocate: another library's, with the access it allows.
+class LentStorage : public detail::Storage {
  public:
-  PyStorage(void* data, std::size_t bytes, Device device, py::object owner)
-      : Storage(data, bytes, device), owner_(std::move(owner)) {}
+  Access access() const noexcept { return access_; }
+
+ protected:
+  LentStorage(void* data, std::size_t bytes, Device device, Access access)
+      : Storage(data, bytes, device), access_(access) {}
+
+ private:
+  Access access_;
+};
+
+// eventide's own memory is writable; lent memory as its lender said.
+Access access_of(const detail::Storage& storage) {
+  const auto* lent = dynamic_cast<const LentStorage*>(&storage);
+  return lent ? lent->access() : Access::writable;
+}
+
+class PyStorage final : public LentStorage {
+ public:
+  PyStorage(void* data, std::size_t bytes, Device device, Access access, py::object owner)
+      : LentStorage(data, bytes, device, access), owner_(std::move(owner)) {}
 
  private:
   PyHandle owner_;
@@ -526,15 +629,59 @@ Tensor from_numpy(const py::array& given, const py::object& device_obj) {
   const bool contiguous = (input.flags() & py::array::c_style) != 0;
   const bool aligned = (input.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) != 0;
   if (device.is_cpu() && contiguous && aligned) {
-    // No copy: the tensor reads the array's memory, and keeps the array alive.
+    // No copy: the tensor reads the array's memory, and keeps the array alive. An array with
+    // writeable=False stays read-only to whoever gets the memory through eventide.
     void* data = const_cast<void*>(input.data());
     std::size_t bytes = static_cast<std::size_t>(input.nbytes());
-    detail::Ref<detail::Storage> storage(new PyStorage(data, bytes, device, input));
+    const Access access = input.writeable() ? Access::writable : Access::read_only;
+    detail::Ref<detail::Storage> storage(new PyStorage(data, bytes, device, access, input));
     return wrap(std::move(shape), *dtype, device, std::move(storage));
   }
   py::array compact = py::module_::import("numpy").attr("ascontiguousarray")(input);
   sync_current_streams();
   return eventide::from_host(compact.data(), std::move(shape), *dtype, device);
+}
+
+// Refuses the values of `values` that the integer dtype `want` cannot hold, as ev.full refuses
+// its value, rather than letting NumPy's cast wrap them around (2**63 becomes -2**63) or turn
+// NaN into some integer: integers beyond its range, floats whose integer part (the cast
+// truncates toward zero) is beyond it, NaN and infinities. The extremes are compared as Python
+// numbers, which compare exactly: NumPy compares a uint64 or a float with an int64 bound in
+// double, where 2**63 - 1 rounds to 2**63. Objects that are not numbers are left to the cast to
+// refuse.
+void refuse_values_beyond(const py::array& values, DType want) {
+  const std::string kind = py::str(values.dtype().attr("kind")).cast<std::string>();
+  if (values.size() == 0 || (kind != "f" && kind != "i" && kind != "u" && kind != "O")) return;
+  py::object lo, hi;
+  try {
+    lo = values.attr("min")();  // (a NaN in a float array is its min and its max)
+    hi = values.attr("max")();
+  } catch (const py::error_already_set&) {
+    if (kind != "O") throw;
+    return;  // objects that do not compare
+  }
+  auto as_python = [](py::object v) { return py::hasattr(v, "item") ? v.attr("item")() : v; };
+  lo = as_python(lo);
+  hi = as_python(hi);
+  const bool i32 = want == DType::i32;
+  const std::int64_t min_value = i32 ? std::numeric_limits<std::int32_t>::min()
+                                     : std::numeric_limits<std::int64_t>::min();
+  const std::int64_t max_value = i32 ? std::numeric_limits<std::int32_t>::max()
+                                     : std::numeric_limits<std::int64_t>::max();
+  const py::int_ min(min_value), max(max_value);
+  auto fits = [&](const py::object& v) {
+    if (PyFloat_Check(v.ptr()) && !std::isfinite(PyFloat_AS_DOUBLE(v.ptr()))) return false;
+    if (!PyFloat_Check(v.ptr()) && !PyLong_Check(v.ptr())) return true;  // the cast decides
+    py::object whole = py::reinterpret_steal<py::object>(PyNumber_Long(v.ptr()));  // truncates
+    if (!whole) throw py::error_already_set();
+    return !(whole < min) && !(whole > max);
+  };
+  if (!fits(lo) || !fits(hi)) {
+    throw InvalidArgument("tensor: the values (" + py::str(lo).cast<std::string>() + " to " +
+                          py::str(hi).cast<std::string>() + ") do not fit in " + py_name(want) +
+                          " (" + std::to_string(min_value) + " to " + std::to_string(max_value) +
+                          ")");
+  }
 }
 
 // ev.tensor(data): a copy of any array-like. Python floats become float32 and ints int64 (as
@@ -556,7 +703,11 @@ Tensor tensor_from_data(const py::object& data, const py::object& dtype_obj,
     try {
       return np.attr("asarray")(data, "dtype"_a = dtype, "order"_a = "C");
     } catch (const py::error_already_set& e) {
-      if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
+      // (OverflowError: an int beyond 64 bits in data not all numbers, [2**64, "1"])
+      if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError) &&
+          !e.matches(PyExc_OverflowError)) {
+        throw;
+      }
       throw InvalidArgument(std::string("tensor: cannot make an array of the data: ") + e.what());
     }
   };
@@ -566,6 +717,8 @@ Tensor tensor_from_data(const py::object& data, const py::object& dtype_obj,
     if (!py::isinstance<py::array>(data)) {
       std::string kind = py::str(arr.dtype().attr("kind")).cast<std::string>();
       if (kind == "f") arr = arr.attr("astype")("float32", "order"_a = "C");
+      // NumPy makes ints beyond int64 uint64 ([2**63]) or objects ([2**64]).
+      if (kind == "u" || kind == "O") refuse_values_beyond(arr, DType::i64);
       if (kind == "i" || kind == "u" || kind == "b") arr = arr.attr("astype")("int64", "order"_a = "C");
     }
   } else {
@@ -579,19 +732,7 @@ Tensor tensor_from_data(const py::object& data, const py::object& dtype_obj,
       return eventide::from_host(bits.data(), std::move(shape), DType::bf16, device);
     }
     if (want == DType::i32 || want == DType::i64) {
-      // Values that do not fit are refused, as ev.full refuses them, not wrapped around.
-      py::array given = native_order(as_array(py::none()));
-      std::string kind = py::str(given.dtype().attr("kind")).cast<std::string>();
-      if (given.size() > 0 && (kind == "f" || kind == "i" || kind == "u")) {
-        py::object info = np.attr("iinfo")(py::str(py_name(want)));
-        py::object lo = given.attr("min")(), hi = given.attr("max")();
-        const bool finite = kind != "f" || np.attr("isfinite")(given).attr("all")().cast<bool>();
-        if (!finite || lo < info.attr("min") || hi > info.attr("max")) {
-          throw InvalidArgument("tensor: the values (" + py::str(lo).cast<std::string>() + " to " +
-                                py::str(hi).cast<std::string>() + ") do not fit in " +
-                                py_name(want));
-        }
-      }
+      refuse_values_beyond(native_order(as_array(py::none())), want);
     }
     arr = as_array(py::str(py_name(want)));
   }
@@ -675,7 +816,8 @@ py::capsule export_capsule(Export* ex, Managed& m) {
   return py::reinterpret_steal<py::capsule>(cap);
 }
 
-py::capsule export_dlpack(const Tensor& t, bool versioned) {
+// `flags` (kDLPackFlag...) go in a versioned capsule; an unversioned one has none.
+py::capsule export_dlpack(const Tensor& t, bool versioned, std::uint64_t flags) {
   auto* ex = new Export;
   ex->keep = t.state();
   ex->shape = t.shape();
@@ -687,7 +829,7 @@ py::capsule export_dlpack(const Tensor& t, bool versioned) {
   }
   if (versioned) {
     ex->versioned.version = {1, 0};
-    ex->versioned.flags = 0;
+    ex->versioned.flags = flags;
     return export_capsule<DLManagedTensorVersioned, kVersionedName>(ex, ex->versioned);
   }
   return export_capsule<DLManagedTensor, kLegacyName>(ex, ex->legacy);
@@ -722,6 +864,20 @@ py::capsule dlpack_method(const Tensor& t, const py::object& stream, const py::o
   if (s.device.is_cpu() && !stream.is_none()) {
     throw py::buffer_error("__dlpack__: stream must be None for a cpu tensor");
   }
+  bool versioned = false;
+  if (!max_version.is_none()) {
+    auto v = int_pair(max_version, "max_version");
+    versioned = v.first >= 1;
+  }
+  const bool copied = !copy.is_none() && copy.cast<bool>();
+  // Read-only memory (lent so by its owner) stays read-only: a versioned capsule says so; an
+  // unversioned one cannot, and is refused, as NumPy refuses a read-only array's. (Before the
+  // handshake below, which changes the consumer's stream.)
+  const bool read_only = !copied && access_of(*s.storage) == Access::read_only;
+  if (read_only && !versioned) {
+    throw py::buffer_error("__dlpack__: the tensor's memory is read-only, which an unversioned "
+                           "DLPack capsule cannot say; pass max_version=(1, 0), or copy=True");
+  }
   if (!s.device.is_cpu() && !stream.is_none()) {
     // The handshake: the consumer's stream waits, on the GPU, for the tensor's producer
     // (-1: the consumer asks for no ordering). A producer still held on the host (waiting for
@@ -740,24 +896,21 @@ py::capsule dlpack_method(const Tensor& t, const py::object& stream, const py::o
     wait_tensor(t);
   }
   Tensor out = t;
-  if (!copy.is_none() && copy.cast<bool>()) {
+  if (copied) {
     sync_current_streams();
     out = eventide::from_host(s.storage->data(), s.shape, s.dtype, s.device);
     wait_tensor(out);
   }
-  bool versioned = false;
-  if (!max_version.is_none()) {
-    auto v = int_pair(max_version, "max_version");
-    versioned = v.first >= 1;
-  }
-  return export_dlpack(out, versioned);
+  return export_dlpack(out, versioned,
+                       (read_only ? kDLPackFlagReadOnly : 0) | (copied ? kDLPackFlagIsCopied : 0));
 }
 
 // Memory imported through DLPack: released through the producer's deleter.
-class DlpackStorage final : public detail::Storage {
+class DlpackStorage final : public LentStorage {
  public:
-  DlpackStorage(void* data, std::size_t bytes, Device device, void* managed, bool versioned)
-      : Storage(data, bytes, device), managed_(managed), versioned_(versioned) {}
+  DlpackStorage(void* data, std::size_t bytes, Device device, Access access, void* managed,
+                bool versioned)
+      : LentStorage(data, bytes, device, access), managed_(managed), versioned_(versioned) {}
   ~DlpackStorage() override {
     if (!python_alive()) return;  // the producer's deleter may need the interpreter
     // Not under a runtime lock (runtime_lock.hpp): the deleter takes the GIL.
@@ -813,6 +966,20 @@ Tensor from_dlpack(const py::object& obj) {
     throw InvalidArgument("from_dlpack: the capsule was already consumed or is not a DLPack tensor");
   }
   void* managed = PyCapsule_GetPointer(cap.ptr(), versioned ? "dltensor_versioned" : "dltensor");
+  Access access = Access::writable;  // (an unversioned capsule cannot say read-only)
+  if (versioned) {
+    // dlpack.h: another major version lays the struct out differently; none of its fields but
+    // the version may be read. Refused unconsumed, as NumPy refuses a newer one: the capsule
+    // releases it through the producer's deleter when it goes.
+    const auto& m = *static_cast<DLManagedTensorVersioned*>(managed);
+    if (m.version.major != 1) {
+      throw InvalidArgument("from_dlpack: the capsule is DLPack version " +
+                            std::to_string(m.version.major) + "." +
+                            std::to_string(m.version.minor) +
+                            "; eventide reads major version 1 only");
+    }
+    if (m.flags & kDLPackFlagReadOnly) access = Access::read_only;
+  }
   DLTensor& t = versioned ? static_cast<DLManagedTensorVersioned*>(managed)->dl_tensor
                           : static_cast<DLManagedTensor*>(managed)->dl_tensor;
   Device device;
@@ -856,7 +1023,8 @@ Tensor from_dlpack(const py::object& obj) {
   std::size_t bytes = static_cast<std::size_t>(numel(shape)) * itemsize(*dtype);
   // Ownership moves to the storage: the capsule is marked consumed.
   PyCapsule_SetName(cap.ptr(), versioned ? "used_dltensor_versioned" : "used_dltensor");
-  detail::Ref<detail::Storage> storage(new DlpackStorage(data, bytes, device, managed, versioned));
+  detail::Ref<detail::Storage> storage(
+      new DlpackStorage(data, bytes, device, access, managed, versioned));
   Tensor out = wrap(std::move(shape), *dtype, device, std::move(storage));
   if (!device.is_cpu()) {
     // The producer ordered our current stream after its work; an op there stands for that
@@ -914,6 +1082,8 @@ PyObject* fail_to_python() {
 PyObject* fast_poll(PyObject* self, PyObject*) {
   try {
     return PyBool_FromLong(self_as<Event>(self)->poll());
+  } catch (abi::__forced_unwind&) {
+    throw;  // the interpreter ends this thread (exit): let it
   } catch (...) {
     return fail_to_python();
   }
@@ -938,6 +1108,8 @@ PyObject* fast_record(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
     py::object slow = py::handle(self).attr("_record");
     PyObject* result = PyObject_Vectorcall(slow.ptr(), args, static_cast<size_t>(nargs), kwnames);
     return result;
+  } catch (abi::__forced_unwind&) {
+    throw;  // the interpreter ends this thread (exit): let it
   } catch (...) {
     return fail_to_python();
   }
@@ -951,6 +1123,8 @@ PyObject* fast_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
     }
     py::object slow = py::handle(self).attr("_wait");
     return PyObject_Vectorcall(slow.ptr(), args, static_cast<size_t>(nargs), kwnames);
+  } catch (abi::__forced_unwind&) {
+    throw;  // the interpreter ends this thread (exit): let it
   } catch (...) {
     return fail_to_python();
   }
@@ -961,6 +1135,8 @@ PyObject* fast_synchronize(PyObject* self, PyObject*) {
     Event* e = self_as<Event>(self);
     if (e->status() != EventStatus::finished) wait_event(*e, py::none());
     Py_RETURN_NONE;
+  } catch (abi::__forced_unwind&) {
+    throw;  // the interpreter ends this thread (exit): let it
   } catch (...) {
     return fail_to_python();
   }
@@ -1142,6 +1318,16 @@ PYBIND11_MODULE(_eventide, m) {
       .def("add_callback",
            [](Event& e, const py::object& fn) { e.add_callback(to_callback(fn, "add_callback")); },
            "fn"_a, "Call fn() once when the event finishes, on the runtime's callback thread.")
+      // For the package's asyncio support: a cancelled await takes its callback back.
+      .def("_add_callback",
+           [](Event& e, const py::object& fn) {
+             return e.state()->add_callback(to_callback(fn, "add_callback"));
+           },
+           "fn"_a, "add_callback(fn), returning an id for _remove_callback().")
+      .def("_remove_callback",
+           [](Event& e, std::uint64_t id) { return e.state()->remove_callback(id); }, "id"_a,
+           "Takes back a callback _add_callback() added: True if it will never run, False if it "
+           "has been handed over to run (it runs once) or the id is unknown.")
       .def("__repr__", &event_repr)
       .def("__eq__", [](const Event& a, const py::object& b) {
         return py::isinstance<Event>(b) && a == b.cast<const Event&>();
@@ -1149,7 +1335,8 @@ PYBIND11_MODULE(_eventide, m) {
       .def("__hash__", [](const Event& e) { return std::hash<const void*>{}(e.state().get()); });
   install_fast_paths(event_class);
 
-  py::class_<UserEvent, Event>(m, "UserEvent", "An event finished by host code: set() or fail(exc).")
+  py::class_<UserEvent, Event>(m, "UserEvent", "An event finished by host code: set() or fail(exc).",
+                               py::custom_type_setup(&setup_user_event_type))
       .def(py::init([](const py::object& device, bool enable_timing) {
              return UserEvent(to_device(device), EventOptions{enable_timing});
            }),
@@ -1429,12 +1616,38 @@ PYBIND11_MODULE(_eventide, m) {
              auto limit = seconds ? std::chrono::duration_cast<nanoseconds>(
                                         std::chrono::duration<double>(std::min(*seconds, kLongest)))
                                   : nanoseconds(Profiler::kDefaultStopTimeout);
-             py::gil_scoped_release release;
-             // Ctrl-C ends the wait: the signal handlers run between its slices.
-             return profiler.stop(limit, [] {
-               py::gil_scoped_acquire gil;
-               if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-             });
+             // The GIL is let go and taken back by hand, not by gil_scoped_release: at
+             // interpreter exit, taking it back ends a daemon thread by unwinding its stack
+             // (pthread_exit), and a guard's destructor taking it again during that unwind
+             // would be std::terminate. Once Python is going away, the thread sleeps instead.
+             struct Interrupted {};
+             PyThreadState* thread = PyEval_SaveThread();
+             auto take_gil = [&thread] {
+               if (!python_alive()) {
+                 for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+               }
+               PyEval_RestoreThread(thread);
+             };
+             std::optional<Profile> profile;
+             try {
+               // Ctrl-C ends the wait: the signal handlers run between its slices.
+               profile = profiler.stop(limit, [&] {
+                 take_gil();
+                 const bool signalled = PyErr_CheckSignals() != 0;  // the error stays set
+                 thread = PyEval_SaveThread();
+                 if (signalled) throw Interrupted{};
+               });
+             } catch (abi::__forced_unwind&) {
+               throw;
+             } catch (const Interrupted&) {
+               take_gil();
+               throw py::error_already_set();
+             } catch (...) {
+               take_gil();
+               throw;
+             }
+             take_gil();
+             return std::move(*profile);
            },
            "timeout"_a = py::none(),
            "Stop recording and return the Profile once the recorded work has finished and its "

@@ -400,3 +400,100 @@ def test_a_numba_stream_takes_markers():
     assert e.wait(timeout=30)
     assert x.ready
     ns.synchronize()
+
+
+STICKY_ERROR_CHILD = r"""
+import asyncio, threading, time
+import torch
+import eventide as ev
+GPU = 'cuda:0'
+x = ev.ones(1024, device=GPU); x.wait()
+u = ev.UserEvent()
+s = ev.Stream(GPU)
+s.wait(u)
+with s:
+    held = x + x                      # held behind the UserEvent
+inflight = ev.Event(); inflight.record(held)
+results = {}
+calls = []
+
+def waiter():
+    try:
+        inflight.wait(timeout=30)
+        results['wait'] = 'returned'
+    except ev.DeviceError as exc:
+        results['wait'] = 'DeviceError'
+    except BaseException as exc:
+        results['wait'] = repr(exc)
+
+def poller():
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        try:
+            if inflight.query():
+                results['poll'] = 'finished, error: %r' % (inflight.error,)
+                return
+        except BaseException as exc:
+            results['poll'] = repr(exc)
+            return
+        time.sleep(0.001)
+    results['poll'] = 'still pending after 30 s'
+
+async def awaiter():
+    try:
+        await asyncio.wait_for(inflight, 30)
+        results['await'] = 'returned'
+    except ev.DeviceError:
+        results['await'] = 'DeviceError'
+    except BaseException as exc:
+        results['await'] = repr(exc)
+
+inflight.add_callback(lambda: calls.append('inflight'))
+threads = [threading.Thread(target=waiter), threading.Thread(target=poller),
+           threading.Thread(target=lambda: asyncio.run(awaiter()))]
+for t in threads: t.start()
+time.sleep(0.2)
+# A device-side assert in PyTorch's kernel: a sticky error of the context eventide shares.
+idx = torch.tensor([10**6], device='cuda')
+try:
+    torch.ones(4, device='cuda')[idx].sum().item()
+except RuntimeError:
+    pass
+u.set()
+for t in threads: t.join(40)
+assert not any(t.is_alive() for t in threads), 'a thread hung'
+try:
+    ev.synchronize(GPU)
+    results['synchronize'] = 'returned'
+except ev.DeviceError:
+    results['synchronize'] = 'DeviceError'
+try:
+    ev.ones(4, device=GPU).wait(timeout=10)
+    results['new op'] = 'returned'
+except ev.DeviceError:
+    results['new op'] = 'DeviceError'
+end = time.monotonic() + 10
+while not calls and time.monotonic() < end: time.sleep(0.01)
+results['callbacks'] = calls
+print(results, flush=True)
+"""
+
+
+@needs_torch
+def test_a_sticky_error_fails_waiters_pollers_awaits_and_callbacks_without_a_hang():
+    """A device-side assert (PyTorch's, on the shared context) while Python threads wait, poll
+    and await eventide work held behind a UserEvent: every one of them ends with DeviceError,
+    the callback runs once, synchronize and new ops raise DeviceError, nothing hangs."""
+    import ast
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-c", STICKY_ERROR_CHILD], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr[-3000:])
+    results = ast.literal_eval(p.stdout.strip().splitlines()[-1])
+    assert results["wait"] == "DeviceError", results
+    assert results["await"] == "DeviceError", results
+    assert results["poll"].startswith("finished, error: DeviceError"), results
+    assert results["synchronize"] == "DeviceError", results
+    assert results["new op"] == "DeviceError", results
+    assert results["callbacks"] == ["inflight"], results
