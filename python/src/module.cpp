@@ -1079,6 +1079,19 @@ PyObject* fail_to_python() {
   return nullptr;
 }
 
+// Calls the pybind11 overload `name` of `self`. The bound method is a raw reference, not a
+// py::object: if the interpreter ends this thread inside the call (exit; the forced unwind of
+// pthread_exit), no destructor may release it, since the thread no longer holds the GIL (the
+// method object, its last reference gone, would be freed without it: a crash at exit).
+PyObject* call_slow_path(PyObject* self, const char* name, PyObject* const* args, Py_ssize_t nargs,
+                         PyObject* kwnames) {
+  PyObject* method = PyObject_GetAttrString(self, name);
+  if (!method) return nullptr;
+  PyObject* result = PyObject_Vectorcall(method, args, static_cast<size_t>(nargs), kwnames);
+  Py_DECREF(method);
+  return result;
+}
+
 PyObject* fast_poll(PyObject* self, PyObject*) {
   try {
     return PyBool_FromLong(self_as<Event>(self)->poll());
@@ -1105,9 +1118,7 @@ PyObject* fast_record(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
         Py_RETURN_NONE;
       }
     }
-    py::object slow = py::handle(self).attr("_record");
-    PyObject* result = PyObject_Vectorcall(slow.ptr(), args, static_cast<size_t>(nargs), kwnames);
-    return result;
+    return call_slow_path(self, "_record", args, nargs, kwnames);
   } catch (abi::__forced_unwind&) {
     throw;  // the interpreter ends this thread (exit): let it
   } catch (...) {
@@ -1121,8 +1132,7 @@ PyObject* fast_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
       Event* e = self_as<Event>(self);
       if (e->status() == EventStatus::finished) Py_RETURN_TRUE;  // the common "already done"
     }
-    py::object slow = py::handle(self).attr("_wait");
-    return PyObject_Vectorcall(slow.ptr(), args, static_cast<size_t>(nargs), kwnames);
+    return call_slow_path(self, "_wait", args, nargs, kwnames);
   } catch (abi::__forced_unwind&) {
     throw;  // the interpreter ends this thread (exit): let it
   } catch (...) {

@@ -14,7 +14,7 @@ exits normally.
 Two scenarios found crashes, now fixed, that come only some of the time: daemon threads
 inside ``Event.wait`` (the fast entry points caught the interpreter's forced unwind) or
 ``Profiler.stop`` (a GIL guard taken again during that unwind); each runs 24 times. One finds
-a hang that is not fixed, marked xfail (strict) with the diagnosis: a matmul running past the
+a hang that is not fixed, marked xfail with the diagnosis: a matmul running past the
 grace period hangs the exit inside OpenBLAS's own library teardown.
 """
 
@@ -270,14 +270,15 @@ def test_exit_while_work_runs(name):
 
 
 @pytest.mark.time_limit(60)
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=False, reason=(
     "BUG: the process hangs at exit (forever) when a CPU matmul is still running when the "
     "5 s grace period ends. The CPU worker is detached and goes on in OpenBLAS; exit() then "
     "runs OpenBLAS's library destructor (gotoblas_quit -> blas_thread_shutdown_), which joins "
     "OpenBLAS's server thread while the detached worker still drives it: the shutdown signal "
     "is lost and pthread_join waits forever. (NumPy alone does the same with a daemon thread "
     "in a long np.dot at exit; eventide makes it likely: its matmuls run on background "
-    "threads and are given only the grace period.)"))
+    "threads and are given only the grace period.) Not strict: on a machine where OpenBLAS "
+    "runs the matmul on the calling thread alone (the 16-core GPU host did), the exit ends."))
 def test_exit_with_a_matmul_running_past_the_grace_period():
     # The child sizes a float64 matmul to take about 2.5 grace periods on this machine (from
     # its own 1500x1500 one), starts it and exits.
