@@ -221,8 +221,13 @@ void EventState::record_work(Ref<Work> work, std::optional<Device> device) {
     // Room for the Work, while a failure is still this call's exception (nothing has
     // changed): poll() and the listener move finished Works to untimed_, where nothing may
     // fail.
-    reserve_for(pending_, pending_.size() + 1);
-    reserve_for(untimed_, untimed_.size() + pending_.size() + 1);
+    // (Nothing to reserve for finished work whose time is known: the common CPU case.)
+    if (!work->done()) {
+      reserve_for(pending_, pending_.size() + 1);
+      reserve_for(untimed_, untimed_.size() + pending_.size() + 1);
+    } else if (!work->timing_known()) {
+      reserve_for(untimed_, untimed_.size() + pending_.size() + 1);
+    }
     if (device) device_ = device;
     ++records_;
     if (work->done()) {
