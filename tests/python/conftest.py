@@ -175,3 +175,22 @@ def child_env() -> dict:
 def start_child(code: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code], env=child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+CRASH_MARKERS = ("Fatal Python error", "terminate called", "Segmentation", "Aborted")
+
+
+def run_child_ok(code: str, timeout: float = 60.0, what: str = "hung") -> str:
+    """Runs ``code`` in a fresh interpreter, which must finish within ``timeout`` seconds with
+    status 0 and no crash message; returns its standard output."""
+    p = start_child(code)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"{what}: {out}\n{err}")
+    for bad in CRASH_MARKERS:
+        assert bad not in err, err
+    assert p.returncode == 0, (p.returncode, out, err)
+    return out

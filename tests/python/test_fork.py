@@ -5,11 +5,9 @@ matmul runs). Each scenario runs in a fresh interpreter, under a timeout."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-from conftest import start_child
+from conftest import run_child_ok
 
 # Waits for a forked child without hanging the parent: its exit code, or 99 if it was killed.
 WAIT_CHILD = """
@@ -27,18 +25,8 @@ def wait_child(pid, timeout=30.0):
 """
 
 
-def run_child(code: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    p = start_child(WAIT_CHILD + code)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate()
-        pytest.fail(f"hung: {out}\n{err}")
-    for bad in ("Fatal Python error", "terminate called", "Segmentation", "Aborted"):
-        assert bad not in err, err
-    assert p.returncode == 0, (p.returncode, out, err)
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+def run_child(code: str, timeout: float = 60.0) -> str:
+    return run_child_ok(WAIT_CHILD + code, timeout)
 
 
 def test_child_of_os_fork_runs_work_queued_before_the_fork_and_new_work():
@@ -77,7 +65,7 @@ u.set()
 assert e.wait(10)
 assert y.numpy().tolist() == [2.0, 4.0, 6.0]
 print('parent ok', flush=True)
-""").stdout
+""")
     assert "child 0" in out
     assert "parent ok" in out
 
@@ -98,7 +86,7 @@ if __name__ == '__main__':
         got = pool.map_async(work, range(6)).get(timeout=30)
     assert got == [48.0 * i for i in range(6)], got
     print('ok', flush=True)
-""").stdout
+""")
     assert "ok" in out
 
 
@@ -132,7 +120,7 @@ for round in range(4):
     for o in outs:
         assert abs(o.numpy() - ref).max() < 1e-3
 print('ok', flush=True)
-""", timeout=120).stdout
+""", timeout=120)
     assert "ok" in out
 
 
@@ -155,5 +143,5 @@ if pid == 0:
 assert wait_child(pid) == 0
 assert (ev.ones(4, device='cuda') + x).numpy().tolist() == [2.0] * 4
 print('ok', flush=True)
-""").stdout
+""")
     assert "ok" in out

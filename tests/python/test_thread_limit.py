@@ -4,11 +4,7 @@ thread could run is refused with DeviceError instead of being silently dropped."
 
 from __future__ import annotations
 
-import subprocess
-
-import pytest
-
-from conftest import start_child
+from conftest import run_child_ok
 
 LIMIT = """
 import resource, threading, time
@@ -33,18 +29,8 @@ def no_more_threads():
 """
 
 
-def run_child(code: str, timeout: float = 60.0) -> str:
-    p = start_child(LIMIT + code)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate()
-        pytest.fail(f"hung at the thread limit: {out}\n{err}")
-    for bad in ("Fatal Python error", "terminate called", "Segmentation", "Aborted"):
-        assert bad not in err, err
-    assert p.returncode == 0, (p.returncode, out, err)
-    return out
+def run_child(code: str) -> str:
+    return run_child_ok(LIMIT + code, what="hung at the thread limit")
 
 
 def test_dependent_work_on_many_streams_finishes_at_the_thread_limit():
