@@ -9,6 +9,9 @@ import eventide as ev
 s = ev.Stream()
 with s:
     a = ev.randn(512, 512)
+    (a @ a).wait()                   # a warm-up, as for any timing: the first matmul sets up
+                                     # the math library on the host (cuBLASLt: ~0.2 s), which
+                                     # a region's device time would count
 s.synchronize()
 time.sleep(0.2)                      # the host idles; the stream has drained
 

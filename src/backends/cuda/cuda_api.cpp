@@ -36,9 +36,10 @@ void check_driver(CUresult status, const char* call, const std::string& what) {
                     call, status);
 }
 
-bool check_nothrow(cudaError_t status, const char* call, const std::string& what) noexcept {
+bool check_nothrow(cudaError_t status, const char* call, const char* what) noexcept {
   if (status == cudaSuccess) return true;
-  std::fprintf(stderr, "eventide: %s failed %s: %s\n", call, what.c_str(), describe(status).c_str());
+  std::fprintf(stderr, "eventide: %s failed %s: %s (%s = %d)\n", call, what,
+               cudaGetErrorString(status), cudaGetErrorName(status), static_cast<int>(status));
   return false;
 }
 

@@ -23,8 +23,9 @@ std::string describe(cudaError_t status);
 // Throws DeviceError("<call> failed <what>: <status>") unless status is cudaSuccess.
 void check(cudaError_t status, const char* call, const std::string& what);
 void check_driver(CUresult status, const char* call, const std::string& what);
-// Logs instead (stderr) and returns whether the call succeeded.
-bool check_nothrow(cudaError_t status, const char* call, const std::string& what) noexcept;
+// Logs instead (stderr) and returns whether the call succeeded. Allocates nothing (it runs in
+// destructors and threads): `what` is ready-made text ("for cuda:0 stream 3").
+bool check_nothrow(cudaError_t status, const char* call, const char* what) noexcept;
 
 // Makes `device` current on the calling thread (the CUDA runtime's current device is per
 // thread; every entry point of the backend starts with this).

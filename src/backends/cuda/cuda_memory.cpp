@@ -1,6 +1,7 @@
 #include "backends/cuda/cuda_memory.hpp"
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -26,7 +27,11 @@ class DeviceStorage final : public Storage {
     int previous = -1;
     cudaGetDevice(&previous);
     if (previous != device().index()) cudaSetDevice(device().index());
-    check_nothrow(cudaFreeAsync(data(), nullptr), "cudaFreeAsync", "on " + device().str());
+    if (const cudaError_t st = cudaFreeAsync(data(), nullptr); st != cudaSuccess) {
+      char what[32];  // a destructor: no allocation for the message
+      std::snprintf(what, sizeof what, "on cuda:%d", device().index());
+      check_nothrow(st, "cudaFreeAsync", what);
+    }
     if (previous >= 0 && previous != device().index()) cudaSetDevice(previous);
   }
 };

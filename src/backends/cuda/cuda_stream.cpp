@@ -70,6 +70,9 @@ std::int64_t CudaTimeline::to_host_ns(std::int64_t device_ns) const noexcept {
 
 // --- CudaStream --------------------------------------------------------------------------
 
+CudaStream::StreamSlot::StreamSlot(CudaDevice& d) : device(d) { device.add_stream(); }
+CudaStream::StreamSlot::~StreamSlot() { device.remove_stream(); }
+
 CudaStream::CudaStream(Device device, std::uint64_t id, CudaDevice& owner)
     : StreamState(device, id,
                   detail::Ref<detail::Timeline>(new CudaTimeline(detail::stream_name(device, id),
@@ -98,6 +101,8 @@ void CudaStream::check_submit() const {
     throw InvalidArgument(name() + " is the per-thread default stream of another thread: it can "
                           "only be used from the thread that wrapped it");
   }
+  // The watcher must run before anything is submitted: submit() cannot start it.
+  owner_.ensure_watcher();
 }
 
 bool CudaStream::native_idle() const noexcept {
@@ -112,7 +117,7 @@ CudaStream::~CudaStream() {
     int previous = -1;
     cudaGetDevice(&previous);
     cudaSetDevice(device().index());
-    check_nothrow(cudaStreamDestroy(handle_), "cudaStreamDestroy", "for " + name());
+    check_nothrow(cudaStreamDestroy(handle_), "cudaStreamDestroy", name().c_str());
     if (previous >= 0) cudaSetDevice(previous);
   }
 }
@@ -173,8 +178,7 @@ void CudaStream::order_after(const Dep& dep, bool& decided_later) {
   }
 }
 
-void CudaStream::publish(InFlight& entry) {
-  Work& w = *entry.work;
+void CudaStream::publish(Work& w) {
   if (owner_.mem_ops()) {
     // The write is ordered after the op and makes its results visible to the host first.
     check_driver(driver()->write_value64(reinterpret_cast<CUstream>(handle_),
@@ -183,9 +187,17 @@ void CudaStream::publish(InFlight& entry) {
                  "cuStreamWriteValue64", "(progress of " + name() + ")");
     return;
   }
-  entry.done = owner_.take_event();
-  check(cudaEventRecord(entry.done, handle_), "cudaEventRecord", "(progress of " + name() + ")");
-  owner_.set_done_event(w, entry.done);
+  cudaEvent_t done = owner_.take_event();
+  if (cudaError_t st = cudaEventRecord(done, handle_); st != cudaSuccess) {
+    owner_.give_event(done);
+    check(st, "cudaEventRecord", "(progress of " + name() + ")");
+  }
+  try {
+    owner_.set_done_event(w, done);
+  } catch (...) {
+    owner_.give_event(done);  // the caller takes the device for lost: the work fails
+    throw;
+  }
 }
 
 void CudaStream::ensure_watched() noexcept {
@@ -209,8 +221,16 @@ void CudaStream::hold_until_ready() noexcept {
     return;
   }
   // Fires at once if it finishes meanwhile; it only sets a flag, so it may run under our lock.
-  dep->work->timeline().listen(dep->work->seq(), std::make_unique<ReleaseListener>(
-                                                     std::static_pointer_cast<CudaStream>(shared_from_this())));
+  auto* listener = new (std::nothrow)
+      ReleaseListener(std::static_pointer_cast<CudaStream>(shared_from_this()));
+  if (!listener) {
+    // Out of memory for the listener: the watcher looks at the held work on each turn
+    // instead (release_if_due finds it still waiting and comes back here).
+    release_due_.store(true, std::memory_order_release);
+    owner_.wake();
+    return;
+  }
+  dep->work->timeline().listen(dep->work->seq(), std::unique_ptr<detail::Listener>(listener));
 }
 
 void CudaStream::submit(Ref<Work> work) noexcept {
@@ -221,11 +241,17 @@ void CudaStream::submit(Ref<Work> work) noexcept {
     if (per_thread_ && !owner_.broken()) {
       if (const Dep* dep = host_wait(*work)) {
         // Held work is launched by the watcher, whose per-thread default stream is another.
-        work->set_error(std::make_exception_ptr(InvalidArgument(
-            work->describe() + " cannot wait for " + dep->work->describe() +
-            ": work on a per-thread default stream cannot be held until host-side work "
-            "finishes (eventide would launch it from its own thread, whose per-thread stream "
-            "is another); use a stream of your own")));
+        std::exception_ptr error;
+        try {
+          error = std::make_exception_ptr(InvalidArgument(
+              work->describe() + " cannot wait for " + dep->work->describe() +
+              ": work on a per-thread default stream cannot be held until host-side work "
+              "finishes (eventide would launch it from its own thread, whose per-thread stream "
+              "is another); use a stream of your own"));
+        } catch (...) {
+          error = std::current_exception();  // out of memory for the message: it fails all the same
+        }
+        work->set_error(std::move(error));
       }
     }
     // (A per-thread stream never holds work, so a failure set above is launched at once: it
@@ -253,8 +279,7 @@ void CudaStream::release_if_due() noexcept {
         hold_until_ready();
         break;
       }
-      Ref<Work> w = std::move(held_.front());
-      held_.pop_front();
+      Ref<Work> w = held_.pop_front();
       held_count_.store(held_.size(), std::memory_order_release);
       lost = launch_locked(std::move(w));
     }
@@ -264,7 +289,6 @@ void CudaStream::release_if_due() noexcept {
 
 std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
   work->set_launched(true);
-  InFlight entry{work, nullptr};
   bool decided_later = false;
   auto fail = [&](std::exception_ptr e) {
     if (!work->error()) work->set_error(std::move(e));
@@ -303,7 +327,7 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
     fail(std::current_exception());
   }
   try {
-    publish(entry);
+    publish(*work);
   } catch (...) {
     // Without its progress write the timeline cannot move: the device is in trouble.
     lost = std::current_exception();
@@ -312,8 +336,8 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
   if (decided_later) work->decide_error_later();
   {
     std::lock_guard lock(inflight_mu_);
-    if (inflight_.empty()) oldest_inflight_.store(entry.work->seq(), std::memory_order_release);
-    inflight_.push_back(std::move(entry));
+    if (inflight_.empty()) oldest_inflight_.store(work->seq(), std::memory_order_release);
+    inflight_.push_back(std::move(work));  // linked through the Work: no allocation
   }
   ensure_watched();
   return lost;
@@ -329,36 +353,40 @@ bool CudaStream::retire() noexcept {
     timeline_.notify();
     return true;
   }
-  std::vector<InFlight> finished;
+  WorkList finished;  // linked through the Works: no allocation (this is the watcher's loop)
+  std::uint64_t last_finished = 0;
   bool more;
   {
     std::lock_guard lock(inflight_mu_);
     std::uint64_t reached = done;
     if (!owner_.mem_ops()) {
-      // Fallback: the watcher advances the counter as the events complete, in order.
-      for (const InFlight& e : inflight_) {
-        if (e.done && cudaEventQuery(e.done) != cudaSuccess) break;
-        reached = e.work->seq();
+      // Fallback: the watcher advances the counter as the events complete, in order. (A work
+      // without an event failed to publish: the device is lost, and it has failed.)
+      for (Work* w = inflight_.front(); w; w = w->next) {
+        if (cudaEvent_t ev = owner_.done_event(*w); ev && cudaEventQuery(ev) != cudaSuccess) break;
+        reached = w->seq();
       }
     }
-    while (!inflight_.empty() && inflight_.front().work->seq() <= reached) {
-      finished.push_back(std::move(inflight_.front()));
-      inflight_.pop_front();
+    while (!inflight_.empty() && inflight_.front()->seq() <= reached) {
+      last_finished = inflight_.front()->seq();
+      finished.push_back(inflight_.pop_front());
     }
-    oldest_inflight_.store(inflight_.empty() ? kNoneInFlight : inflight_.front().work->seq(),
+    oldest_inflight_.store(inflight_.empty() ? kNoneInFlight : inflight_.front()->seq(),
                            std::memory_order_release);
     more = !inflight_.empty() || held_count_.load(std::memory_order_acquire) > 0;
     if (!more) watched_ = false;
   }
-  if (!owner_.mem_ops() && !finished.empty()) timeline_.advance(finished.back().work->seq());
+  if (!owner_.mem_ops() && !finished.empty()) timeline_.advance(last_finished);
   timeline_.notify();
-  for (InFlight& e : finished) {
-    Work& w = *e.work;
+  while (Ref<Work> retired = finished.pop_front()) {
+    Work& w = *retired;
     (void)w.error();  // decides an error left for later while the deps are still there
     Timing::get().retired(w);
-    if (e.done) {
-      owner_.forget_done_event(w);
-      owner_.give_event(e.done);
+    if (!owner_.mem_ops()) {
+      if (cudaEvent_t ev = owner_.done_event(w)) {
+        owner_.forget_done_event(w);
+        owner_.give_event(ev);
+      }
     }
     w.release_execution_state();  // the op's references to memory go here
   }
@@ -367,25 +395,25 @@ bool CudaStream::retire() noexcept {
 
 void CudaStream::abandon(const std::exception_ptr& error) noexcept {
   std::uint64_t last;
-  std::deque<Ref<Work>> held;
+  WorkList held;
   {
     std::lock_guard lock(launch_mu_);
     held.swap(held_);
     held_count_.store(0, std::memory_order_release);
     last = last_seq_;
   }
-  for (Ref<Work>& w : held) {
+  for (Work* w = held.front(); w; w = w->next) {
     if (!w->error()) w->set_error(error);
   }
   {
     std::lock_guard lock(inflight_mu_);
-    for (InFlight& e : inflight_) {
-      if (!e.work->done() && !e.work->error()) e.work->set_error(error);
+    for (Work* w = inflight_.front(); w; w = w->next) {
+      if (!w->done() && !w->error()) w->set_error(error);
     }
   }
   timeline_.advance(last);
   retire();
-  for (Ref<Work>& w : held) w->release_execution_state();
+  while (Ref<Work> w = held.pop_front()) w->release_execution_state();
 }
 
 // --- CudaDevice --------------------------------------------------------------------------
@@ -408,38 +436,87 @@ std::exception_ptr CudaDevice::broken() const {
   return broken_;
 }
 
+namespace {
+
+// The device's failure, naming it; without memory for the message, `error` itself.
+std::exception_ptr device_failure(Device device, const std::exception_ptr& error) noexcept {
+  try {
+    try {
+      std::rethrow_exception(error);
+    } catch (const DeviceError& e) {
+      return std::make_exception_ptr(DeviceError(
+          device.str() + " has failed and cannot run more work (" + e.what() + ")", e.call(),
+          e.status()));
+    } catch (const std::exception& e) {
+      return std::make_exception_ptr(
+          DeviceError(device.str() + " has failed and cannot run more work (" + e.what() + ")"));
+    }
+  } catch (...) {
+  }
+  return error;
+}
+
+}  // namespace
+
+template <class Fn>
+void CudaDevice::for_each_watched(Fn&& fn) noexcept {
+  // One at a time under mu_: a stream added or removed meanwhile may be seen or missed once.
+  for (std::size_t i = 0;; ++i) {
+    std::shared_ptr<CudaStream> s;
+    {
+      std::lock_guard lock(mu_);
+      if (i >= watched_.size()) return;
+      s = watched_[i];
+    }
+    fn(*s);
+  }
+}
+
 void CudaDevice::mark_broken(std::exception_ptr error) noexcept {
-  std::vector<std::shared_ptr<CudaStream>> streams;
   {
     std::lock_guard lock(mu_);
-    if (!broken_) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const DeviceError& e) {
-        broken_ = std::make_exception_ptr(DeviceError(
-            device_.str() + " has failed and cannot run more work (" + e.what() + ")", e.call(),
-            e.status()));
-      } catch (const std::exception& e) {
-        broken_ = std::make_exception_ptr(
-            DeviceError(device_.str() + " has failed and cannot run more work (" + e.what() + ")"));
-      } catch (...) {
-        broken_ = error;
-      }
-    }
-    streams = watched_;
+    if (!broken_) broken_ = device_failure(device_, error);
     error = broken_;
     is_broken_.store(true, std::memory_order_release);
   }
-  for (auto& s : streams) s->abandon(error);
+  for_each_watched([&](CudaStream& s) { s.abandon(error); });
 }
 
-void CudaDevice::watch(std::shared_ptr<CudaStream> stream) {
+void CudaDevice::add_stream() {
+  std::lock_guard lock(mu_);
+  // A stream may be on the list twice for a moment (see run()).
+  // (Adds are serialized by mu_; a concurrent remove only lowers the need.)
+  const std::size_t n = streams_.load(std::memory_order_relaxed) + 1;
+  if (watched_.capacity() < 2 * n) watched_.reserve(2 * n + 16);
+  streams_.fetch_add(1, std::memory_order_relaxed);  // after the reserve: it may throw
+}
+
+void CudaDevice::remove_stream() noexcept {
+  // No mu_: this runs in ~CudaStream, and a stream's last reference may be dropped where mu_
+  // is held (a std::mutex taken twice by one thread never returns: the watcher hung there,
+  // and with it every later check_submit, watch and stop). The room stays reserved.
+  streams_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void CudaDevice::ensure_watcher() {
+  // Timing (CUPTI) is set up before the watcher thread exists, as when watch() started it:
+  // CUPTI is enabled on the user's thread before the watcher makes its first CUDA call.
+  (void)Timing::get();
+  std::lock_guard lock(mu_);
+  if (!thread_.joinable() && !stop_.load()) thread_ = detail::RuntimeThread([this] { run(); });
+}
+
+void CudaDevice::watch(std::shared_ptr<CudaStream> stream) noexcept {
   {
     std::lock_guard lock(mu_);
+    // No allocation: add_stream() made room for every stream, twice.
     watched_.push_back(std::move(stream));
     watched_version_.fetch_add(1, std::memory_order_release);
     if (!thread_.joinable() && !stop_.load()) {
-      thread_ = detail::RuntimeThread([this] { run(); });
+      try {
+        thread_ = detail::RuntimeThread([this] { run(); });  // started by check_submit normally
+      } catch (...) {
+      }
     }
   }
   parker_->unpark();
@@ -457,19 +534,25 @@ void CudaDevice::stop(detail::Clock::time_point deadline) noexcept {
 }
 
 void CudaDevice::check_health() noexcept {
-  std::vector<std::shared_ptr<CudaStream>> streams;
-  {
-    std::lock_guard lock(mu_);
-    streams = watched_;
-  }
-  for (auto& s : streams) {
-    cudaError_t st = s->query_native();
+  cudaError_t failed = cudaSuccess;
+  std::shared_ptr<CudaStream> on;
+  for_each_watched([&](CudaStream& s) {
+    if (failed != cudaSuccess) return;
+    const cudaError_t st = s.query_native();
     if (st != cudaSuccess && st != cudaErrorNotReady) {
-      mark_broken(std::make_exception_ptr(
-          DeviceError("cudaStreamQuery reports " + describe(st) + " on " + s->name(), "cudaStreamQuery", st)));
-      return;
+      failed = st;
+      on = std::static_pointer_cast<CudaStream>(s.shared_from_this());
     }
+  });
+  if (failed == cudaSuccess) return;
+  std::exception_ptr error;
+  try {
+    error = std::make_exception_ptr(DeviceError(
+        "cudaStreamQuery reports " + describe(failed) + " on " + on->name(), "cudaStreamQuery", failed));
+  } catch (...) {
+    error = std::current_exception();  // out of memory for the message: the device fails all the same
   }
+  mark_broken(std::move(error));
 }
 
 void CudaDevice::run() noexcept {
@@ -481,15 +564,31 @@ void CudaDevice::run() noexcept {
   auto sleep = std::chrono::nanoseconds(kFirstSleep);
   std::uint64_t wakes_seen = 0;
   std::vector<std::shared_ptr<CudaStream>> streams;
+  std::vector<std::shared_ptr<CudaStream>> previous_streams;  // empty between turns
   std::uint64_t streams_version = ~std::uint64_t{0};
   while (!stop_.load(std::memory_order_acquire)) {
     // The list changes rarely: copied (under mu_, which launches also take) only when it has.
+    // Out of memory for the copy, this turn takes the streams one by one from the list itself
+    // (the watcher's loop must not fail), and the next turn tries to copy again.
+    // The old copy's references are dropped only after mu_ is let go: the last reference to
+    // a stream its user has dropped may be there, and ~CudaStream must not run under mu_.
+    bool copied = true;
     if (watched_version_.load(std::memory_order_acquire) != streams_version) {
-      std::lock_guard lock(mu_);
-      streams = watched_;
-      streams_version = watched_version_.load(std::memory_order_relaxed);
+      {
+        std::lock_guard lock(mu_);
+        previous_streams.swap(streams);  // streams: the older buffer, emptied, its room kept
+        try {
+          streams.assign(watched_.begin(), watched_.end());
+          streams_version = watched_version_.load(std::memory_order_relaxed);
+        } catch (...) {
+          streams.clear();
+          streams.swap(previous_streams);  // as before the turn
+          copied = false;
+        }
+      }
+      previous_streams.clear();  // unlocked: may destroy streams
     }
-    if (streams.empty()) {
+    if (copied && streams.empty()) {
       parker_->park();
       last_progress = Clock::now();
       continue;
@@ -498,26 +597,35 @@ void CudaDevice::run() noexcept {
     bool progress = wakes != wakes_seen;
     wakes_seen = wakes;
     bool listened = false;
-    for (std::size_t i = 0; i < streams.size(); ++i) {
-      const std::uint64_t before = streams[i]->timeline().completed();
-      streams[i]->release_if_due();
-      bool more = streams[i]->retire();
-      if (streams[i]->timeline().completed() != before || !more) progress = true;
-      if (streams[i]->timeline().has_listeners()) listened = true;
+    auto look_after = [&](CudaStream& stream) {
+      const std::uint64_t before = stream.timeline().completed();
+      stream.release_if_due();
+      bool more = stream.retire();
+      if (stream.timeline().completed() != before || !more) progress = true;
+      if (stream.timeline().has_listeners()) listened = true;
       if (!more) {
         std::lock_guard lock(mu_);
         // retire() cleared the stream's flag under its own lock: a submit after that has
         // pushed it again, so one copy is dropped here.
         for (auto it = watched_.begin(); it != watched_.end(); ++it) {
-          if (*it == streams[i]) {
+          if (it->get() == &stream) {
             watched_.erase(it);
             watched_version_.fetch_add(1, std::memory_order_release);
             break;
           }
         }
       }
+    };
+    if (copied) {
+      for (const std::shared_ptr<CudaStream>& stream : streams) look_after(*stream);
+    } else {
+      for_each_watched(look_after);
     }
-    Timing::get().maintain();
+    try {
+      Timing::get().maintain();
+    } catch (...) {
+      // Nothing there is expected to throw; the watcher's loop must not end the process.
+    }
     const auto now = Clock::now();
     if (progress) {
       last_progress = now;

@@ -27,6 +27,12 @@
 // Devices without stream memory operations (device attribute, or EVENTIDE_CUDA_MEMOPS=0)
 // fall back to CUDA events: each op records an event, the watcher queries them in order and
 // advances the counter itself, and streams wait on each other's events (cudaStreamWaitEvent).
+//
+// Out of memory (host): submit(), the launches and the watcher are noexcept, and allocate
+// nothing that could fail there: held and in-flight work are lists linked through the Works
+// (Work::next), the watcher's list has room for every stream (reserved when a stream is made)
+// and its thread is started before the first submit (check_submit); a release listener that
+// cannot be allocated makes the watcher look at the held work on each of its turns instead.
 #pragma once
 
 #include <cuda.h>
@@ -52,6 +58,51 @@
 namespace eventide::backends::cuda {
 
 using detail::Work;
+
+// A first-in first-out list of Works linked through Work::next, holding a reference to each:
+// pushing and popping allocate nothing. A Work is in one such list at a time. Not
+// thread-safe.
+class WorkList {
+ public:
+  WorkList() noexcept = default;
+  WorkList(const WorkList&) = delete;
+  WorkList& operator=(const WorkList&) = delete;
+  ~WorkList() {
+    while (pop_front()) {
+    }
+  }
+  bool empty() const noexcept { return head_ == nullptr; }
+  std::size_t size() const noexcept { return size_; }
+  Work* front() const noexcept { return head_; }  // then w->next
+  void push_back(detail::Ref<Work> work) noexcept {
+    Work* w = work.detach();
+    w->next = nullptr;
+    (tail_ ? tail_->next : head_) = w;
+    tail_ = w;
+    ++size_;
+  }
+  detail::Ref<Work> pop_front() noexcept {
+    Work* w = head_;
+    if (!w) return nullptr;
+    head_ = w->next;
+    if (!head_) tail_ = nullptr;
+    w->next = nullptr;
+    --size_;
+    detail::Ref<Work> taken(w);  // adopts the list's reference:
+    w->release();                // Ref's constructor added one
+    return taken;
+  }
+  void swap(WorkList& other) noexcept {
+    std::swap(head_, other.head_);
+    std::swap(tail_, other.tail_);
+    std::swap(size_, other.size_);
+  }
+
+ private:
+  Work* head_ = nullptr;
+  Work* tail_ = nullptr;
+  std::size_t size_ = 0;
+};
 
 class CudaDevice;
 class CudaStream;
@@ -110,10 +161,6 @@ class CudaStream final : public detail::StreamState {
   void check_submit() const override;
 
  private:
-  struct InFlight {
-    detail::Ref<Work> work;
-    cudaEvent_t done = nullptr;  // fallback mode: recorded after the op
-  };
   friend class ReleaseListener;
 
   // The first dependency of `work` that the GPU cannot wait for: host-side work that has not
@@ -127,10 +174,21 @@ class CudaStream final : public detail::StreamState {
   // device's failure if the launch found one (the caller reports it once unlocked).
   std::exception_ptr launch_locked(detail::Ref<Work> work) noexcept;
   void order_after(const detail::Dep& dep, bool& decided_later);
-  void publish(InFlight& entry);
+  // Fallback mode records the event after the op into the device's map (done_event).
+  void publish(Work& work);
   void ensure_watched() noexcept;
 
   CudaDevice& owner_;
+  // Counts the stream in its device's room for the watcher's list (CudaDevice::add_stream)
+  // while it lives, also when a later part of the constructor throws.
+  struct StreamSlot {
+    explicit StreamSlot(CudaDevice& device);
+    ~StreamSlot();
+    StreamSlot(const StreamSlot&) = delete;
+    StreamSlot& operator=(const StreamSlot&) = delete;
+    CudaDevice& device;
+  };
+  StreamSlot slot_{owner_};
   cudaStream_t handle_ = nullptr;
   bool owns_handle_ = true;
   // The per-thread default stream is a different stream on each thread: a wrapper of it is
@@ -144,13 +202,13 @@ class CudaStream final : public detail::StreamState {
 
   // Launches are serialized (submit's direct ones and the watcher's releases) in seq order.
   detail::RuntimeMutex launch_mu_;
-  std::deque<detail::Ref<Work>> held_;
+  WorkList held_;
   std::atomic<std::size_t> held_count_{0};
   std::atomic<bool> release_due_{false};
   std::uint64_t last_seq_ = 0;  // the last work submitted (held or launched)
 
   detail::RuntimeMutex inflight_mu_;
-  std::deque<InFlight> inflight_;
+  WorkList inflight_;
   // The sequence number of the oldest work in flight (kNoneInFlight: none), for retire()'s
   // look without the lock. Written under inflight_mu_.
   static constexpr std::uint64_t kNoneInFlight = ~std::uint64_t{0};
@@ -163,6 +221,14 @@ class CudaDevice {
  public:
   explicit CudaDevice(Device device);
 
+  // A stream of the device is made (throws std::bad_alloc) / destroyed: the watcher's list
+  // keeps room for every stream, so that watch() allocates nothing.
+  void add_stream();
+  void remove_stream() noexcept;
+  // Starts the watcher if it has not started (std::system_error, std::bad_alloc): before the
+  // first submit, so that watch() never has to start it where nothing may fail.
+  void ensure_watcher();
+
   Device device() const noexcept { return device_; }
   const cudaDeviceProp& props() const noexcept { return props_; }
   bool mem_ops() const noexcept { return mem_ops_; }
@@ -172,8 +238,8 @@ class CudaDevice {
   // Records a failure of the device (sticky error) and abandons all work in flight.
   void mark_broken(std::exception_ptr error) noexcept;
 
-  // Watcher interface.
-  void watch(std::shared_ptr<CudaStream> stream);
+  // Watcher interface. Allocates nothing (see add_stream, ensure_watcher).
+  void watch(std::shared_ptr<CudaStream> stream) noexcept;
   // Something to look at (new work, a listener, held work to release): the watcher spins
   // again instead of backing off.
   void wake() noexcept {
@@ -193,6 +259,10 @@ class CudaDevice {
  private:
   void run() noexcept;
   void check_health() noexcept;
+  // Calls fn(stream) for each watched stream, taking each under mu_ in turn (no copy of the
+  // list: it runs where nothing may fail).
+  template <class Fn>
+  void for_each_watched(Fn&& fn) noexcept;
 
   const Device device_;
   cudaDeviceProp props_{};
@@ -201,7 +271,12 @@ class CudaDevice {
   mutable detail::RuntimeMutex mu_;
   std::exception_ptr broken_;
   std::atomic<bool> is_broken_{false};  // broken_ is set: broken()'s look without mu_
+  // A stream may be on it twice for a moment (see run()): room for two entries per stream.
   std::vector<std::shared_ptr<CudaStream>> watched_;
+  // Streams of the device alive (add_stream). Atomic: remove_stream() runs in ~CudaStream,
+  // which may run where mu_ is held (the last reference to a stream dropped by the watcher's
+  // list), so it must not take mu_.
+  std::atomic<std::size_t> streams_{0};
   std::atomic<std::uint64_t> watched_version_{0};  // bumped (under mu_) when watched_ changes
   std::unordered_map<const Work*, cudaEvent_t> done_events_;
   std::vector<cudaEvent_t> spare_events_;

@@ -221,10 +221,17 @@ void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::si
 
 void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t,
                                std::size_t valid) {
+  // Called by CUPTI (C): nothing may escape. A record that cannot be kept (out of memory)
+  // is lost: its op's time is then partial or unknown, never wrong about completion.
   if (g_impl && valid > 0) {
     std::lock_guard lock(g_impl->mu);
     CUpti_Activity* rec = nullptr;
-    while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) g_impl->take(rec);
+    while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+      try {
+        g_impl->take(rec);
+      } catch (...) {
+      }
+    }
   }
   std::free(buffer);
 }
@@ -485,12 +492,13 @@ Timing::Scope::~Scope() {
     std::uint64_t last = 0;
     cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
   } else if (timing_.mode_ == Mode::events) {
-    cudaEvent_t end;
+    cudaEvent_t end = nullptr;
     {
       std::lock_guard lock(timing_.impl_->mu);
-      end = timing_.impl_->entries[id_].end;
+      // find, not []: a destructor must not insert (allocate).
+      if (auto it = timing_.impl_->entries.find(id_); it != timing_.impl_->entries.end()) end = it->second.end;
     }
-    cudaEventRecord(end, stream_);
+    if (end) cudaEventRecord(end, stream_);
   }
 }
 
@@ -517,13 +525,20 @@ void Timing::retired(Work& work) noexcept {
   if (mode_ == Mode::events) {
     // The work has finished, so its events have completed.
     float start_ms = 0, end_ms = 0;
-    cudaEvent_t ref = impl_->reference[e.device];
+    auto ref_it = impl_->reference.find(e.device);  // not []: nothing here may allocate
+    cudaEvent_t ref = ref_it == impl_->reference.end() ? nullptr : ref_it->second;
     if (ref && cudaEventElapsedTime(&start_ms, ref, e.start) == cudaSuccess &&
         cudaEventElapsedTime(&end_ms, ref, e.end) == cudaSuccess) {
       work.merge_times(static_cast<std::int64_t>(start_ms * 1e6), static_cast<std::int64_t>(end_ms * 1e6));
     }
-    impl_->spare_events.push_back(e.start);
-    impl_->spare_events.push_back(e.end);
+    for (cudaEvent_t ev : {e.start, e.end}) {
+      if (!ev) continue;
+      try {
+        impl_->spare_events.push_back(ev);
+      } catch (...) {
+        cudaEventDestroy(ev);  // out of memory: not kept for reuse
+      }
+    }
     work.finish_timing();
     impl_->ids.erase(&work);
     impl_->entries.erase(it);
