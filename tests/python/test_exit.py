@@ -11,11 +11,11 @@ every other wait (daemon, and not: a timed wait), threads still calling eventide
 interpreter finalizes, Python objects only the runtime still holds, and a forked child that
 exits normally.
 
-Two scenarios found crashes, now fixed, that come only some of the time: daemon threads
-inside ``Event.wait`` (the fast entry points caught the interpreter's forced unwind) or
-``Profiler.stop`` (a GIL guard taken again during that unwind); each runs 24 times. One finds
-a hang that is not fixed, marked xfail with the diagnosis: a matmul running past the
-grace period hangs the exit inside OpenBLAS's own library teardown.
+Three scenarios found bugs, now fixed: daemon threads inside ``Event.wait`` (the fast entry
+points caught the interpreter's forced unwind) or ``Profiler.stop`` (a GIL guard taken again
+during that unwind) sometimes crashed the exit (each runs 24 times), and a matmul running past
+the grace period hung it inside OpenBLAS's own teardown (the exit now waits for BLAS calls in
+progress).
 """
 
 from __future__ import annotations
@@ -270,18 +270,11 @@ def test_exit_while_work_runs(name):
 
 
 @pytest.mark.time_limit(60)
-@pytest.mark.xfail(strict=False, reason=(
-    "BUG: the process hangs at exit (forever) when a CPU matmul is still running when the "
-    "5 s grace period ends. The CPU worker is detached and goes on in OpenBLAS; exit() then "
-    "runs OpenBLAS's library destructor (gotoblas_quit -> blas_thread_shutdown_), which joins "
-    "OpenBLAS's server thread while the detached worker still drives it: the shutdown signal "
-    "is lost and pthread_join waits forever. (NumPy alone does the same with a daemon thread "
-    "in a long np.dot at exit; eventide makes it likely: its matmuls run on background "
-    "threads and are given only the grace period.) Not strict: on a machine where OpenBLAS "
-    "runs the matmul on the calling thread alone (the 16-core GPU host did), the exit ends."))
 def test_exit_with_a_matmul_running_past_the_grace_period():
     # The child sizes a float64 matmul to take about 2.5 grace periods on this machine (from
-    # its own 1500x1500 one), starts it and exits.
+    # its own 1500x1500 one), starts it and exits. The exit waits for that matmul past the
+    # grace period: OpenBLAS's own teardown would hang forever on a call still running (it
+    # did, before the runtime waited for BLAS calls in progress).
     code = (f"a = ev.rand(1500, 1500, dtype=ev.float64); a.wait()\n"
             "t0 = time.monotonic(); (a @ a).wait(); per = time.monotonic() - t0\n"
             f"n = int(1500 * ({2.5 * GRACE_S} / max(per, 1e-3)) ** (1 / 3))\n"

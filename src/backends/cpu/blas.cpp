@@ -2,9 +2,13 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 
+#include "core/parker.hpp"
 #include "core/runtime.hpp"
 #include "eventide/errors.hpp"
 
@@ -69,5 +73,23 @@ const Api& api() {
   static const Api a = load();
   return a;
 }
+
+namespace {
+std::atomic<std::uint32_t> g_calls{0};
+}  // namespace
+
+CallScope::CallScope() noexcept { g_calls.fetch_add(1, std::memory_order_acq_rel); }
+
+CallScope::~CallScope() {
+  if (g_calls.fetch_sub(1, std::memory_order_acq_rel) == 1) detail::futex_wake_all(g_calls);
+}
+
+void wait_for_calls() noexcept {
+  for (std::uint32_t n; (n = g_calls.load(std::memory_order_acquire)) != 0;) {
+    detail::futex_wait(g_calls, n, std::nullopt);
+  }
+}
+
+void forget_calls() noexcept { g_calls.store(0, std::memory_order_release); }
 
 }  // namespace eventide::backends::cpu::blas

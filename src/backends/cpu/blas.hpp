@@ -30,4 +30,20 @@ struct Api {
 // Loads OpenBLAS on first use; DeviceError if it cannot.
 const Api& api();
 
+// A BLAS call in progress (held around every call into OpenBLAS). At process exit, OpenBLAS's
+// own library teardown hangs forever if a call still runs on another thread, so the runtime
+// waits for the calls in progress to end (wait_for_calls) even past its grace period: a
+// matmul always ends, a hang would not.
+class CallScope {
+ public:
+  CallScope() noexcept;
+  ~CallScope();
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+};
+// Blocks until no BLAS call is in progress.
+void wait_for_calls() noexcept;
+// In the child of a fork: the parent's calls in progress are not the child's.
+void forget_calls() noexcept;
+
 }  // namespace eventide::backends::cpu::blas

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "backends/cpu/blas.hpp"
 #include "backends/cpu/cpu_stream.hpp"
 #include "core/backend.hpp"
 #include "ops/kernels.hpp"
@@ -27,12 +28,16 @@ class CpuBackend final : public detail::DeviceBackend {
   ops::Kernels& kernels() override { return *kernels_; }
   void shutdown(std::chrono::steady_clock::time_point deadline) noexcept override {
     pool_.stop(deadline);
+    // A matmul still running past the grace: OpenBLAS's teardown, which runs next, would hang
+    // forever on it (blas.hpp). It ends by itself.
+    blas::wait_for_calls();
   }
   void before_fork(std::chrono::steady_clock::time_point deadline, bool hold) noexcept override {
     pool_.before_fork(deadline, hold);
   }
   void after_fork_in_parent(bool held) noexcept override { pool_.after_fork_in_parent(held); }
   bool after_fork_in_child() noexcept override {
+    blas::forget_calls();
     pool_.after_fork_in_child();
     return true;
   }

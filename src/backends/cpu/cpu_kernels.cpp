@@ -184,6 +184,7 @@ class CpuKernels final : public ops::Kernels {
     const blas::Api* lib = &blas::api();  // loads OpenBLAS at the first matmul, on this thread
     detail::Callback body = [=] {
       const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+      blas::CallScope in_blas;  // exit waits for it (blas.hpp)
       for (std::int64_t i = 0; i < batch; ++i) {
         if (m == 0 || n == 0) break;
         if (f64) {
