@@ -19,7 +19,11 @@ DeviceContext::DeviceContext(std::unique_ptr<DeviceBackend> backend)
     : device_(backend->device()), backend_(std::move(backend)), dispatcher_(device_.str()) {}
 
 std::shared_ptr<StreamState> DeviceContext::default_stream() {
-  std::call_once(default_once_, [this] { default_stream_ = create_stream(0); });
+  if (!default_made_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(default_mu_);
+    if (!default_stream_) default_stream_ = create_stream(0);
+    default_made_.store(true, std::memory_order_release);
+  }
   return default_stream_;
 }
 

@@ -57,8 +57,12 @@ class DeviceContext {
   const Device device_;
   std::unique_ptr<DeviceBackend> backend_;
   Dispatcher dispatcher_;
-  std::once_flag default_once_;
-  std::shared_ptr<StreamState> default_stream_;
+  // Not a std::once_flag: a first creation that throws (out of memory) must leave the next
+  // call to try again, and call_once's exceptional path is not reliable everywhere (under
+  // ThreadSanitizer's pthread_once the next caller hangs).
+  RuntimeMutex default_mu_;
+  std::atomic<bool> default_made_{false};
+  std::shared_ptr<StreamState> default_stream_;  // set once, before default_made_
   RuntimeMutex mu_;
   std::vector<std::weak_ptr<StreamState>> streams_;
   std::uint64_t seed_ = 0;
