@@ -143,8 +143,7 @@ void Dispatcher::post(CallbackList tasks, const std::shared_ptr<const EventState
     queue_.splice(tasks);
     if (!thread_.joinable()) {
       try {
-        thread_ = RuntimeThread([this] { run(); });
-        started_.store(true, std::memory_order_release);
+        start_thread_locked();
       } catch (...) {
         // Queued all the same: see the header.
       }
@@ -153,10 +152,9 @@ void Dispatcher::post(CallbackList tasks, const std::shared_ptr<const EventState
   parker_->unpark();
 }
 
-void Dispatcher::post(Callback fn, std::shared_ptr<const EventState> source) {
-  CallbackList tasks;
-  tasks.push_back(std::move(fn));
-  post(std::move(tasks), source);
+void Dispatcher::start_thread_locked() {
+  thread_ = RuntimeThread([this] { run(); });
+  started_.store(true, std::memory_order_release);
 }
 
 void Dispatcher::ensure_thread() {
@@ -164,8 +162,7 @@ void Dispatcher::ensure_thread() {
   std::lock_guard lock(mu_);
   if (thread_.joinable() || stopping_) return;
   try {
-    thread_ = RuntimeThread([this] { run(); });
-    started_.store(true, std::memory_order_release);
+    start_thread_locked();
   } catch (const std::system_error& e) {
     throw DeviceError("cannot start the thread that runs the callbacks of " + name_ + " (" +
                           e.what() + "): the process is at its thread limit",
@@ -217,8 +214,7 @@ void Dispatcher::after_fork(bool child) noexcept {
     started_.store(false, std::memory_order_release);
     if (!queue_.empty()) {
       try {
-        thread_ = RuntimeThread([this] { run(); });
-        started_.store(true, std::memory_order_release);
+        start_thread_locked();
       } catch (...) {
         // No thread: the next post() tries again.
       }

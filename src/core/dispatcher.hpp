@@ -91,9 +91,6 @@ class Dispatcher {
   // If the thread cannot start (ensure_thread() was not called first, and the process is at
   // its thread limit), they stay queued for the next post() or ensure_thread() to try again.
   void post(CallbackList tasks, const std::shared_ptr<const EventState>& source) noexcept;
-  // The same for a callable no task was made for: allocates one (std::bad_alloc: `fn` is
-  // lost).
-  void post(Callback fn, std::shared_ptr<const EventState> source);
   // Starts the thread if it has not started: DeviceError if the OS refuses. Adding a callback
   // calls it first, so that a callback is never accepted that no thread could run.
   void ensure_thread();
@@ -119,6 +116,8 @@ class Dispatcher {
 
  private:
   void run();
+  // Under mu_: starts the thread (std::system_error if the OS refuses).
+  void start_thread_locked();
 
   std::string name_;
   std::string profile_thread_;  // "callbacks <name>": the profiler's name, made once
