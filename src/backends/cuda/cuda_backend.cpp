@@ -118,7 +118,8 @@ class CudaKernels final : public ops::Kernels {
     if (bytes == 0) return;
     use_device(device_.device());
     Ref<Storage> staging = allocate_pinned(bytes);
-    cudaStream_t stream = transfer_stream();
+    TransferStream::Use transfer = device_.transfer().use();  // the stream lives while it is used
+    cudaStream_t stream = transfer.get();
     check(cudaMemcpyAsync(staging->data(), src.storage->data(), bytes, cudaMemcpyDeviceToHost, stream),
           "cudaMemcpyAsync", "(" + src.device.str() + " to host)");
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", "(copy from " + src.device.str() + ")");
@@ -193,18 +194,7 @@ class CudaKernels final : public ops::Kernels {
     if (auto e = device_.broken()) std::rethrow_exception(e);
   }
 
-  cudaStream_t transfer_stream() {
-    std::lock_guard lock(mu_);
-    if (!transfer_) {
-      check(cudaStreamCreateWithFlags(&transfer_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
-            "(transfers of " + device_.device().str() + ")");
-    }
-    return transfer_;
-  }
-
   CudaDevice& device_;
-  std::mutex mu_;
-  cudaStream_t transfer_ = nullptr;
 };
 
 class CudaBackend final : public detail::DeviceBackend {
@@ -221,15 +211,14 @@ class CudaBackend final : public detail::DeviceBackend {
     std::string desc = "compute capability " + std::to_string(p.major) + "." + std::to_string(p.minor) +
                        ", " + std::to_string(p.multiProcessorCount) + " SMs, " +
                        std::to_string(p.totalGlobalMem >> 20) + " MiB; timelines: " +
-                       (state_.mem_ops() ? "written by the GPU (stream memory operations)"
-                                         : "CUDA events (no stream memory operations)") +
+                       state_.progress().describe() +
                        "; op times: " + Timing::get().describe() + "; matmul: cuBLASLt" +
                        (allow_tf32() ? " (TF32 allowed)" : "");
     return DeviceInfo{device_, p.name, desc};
   }
 
   std::shared_ptr<StreamState> create_stream(std::uint64_t id) override {
-    return std::make_shared<CudaStream>(device_, id, state_);
+    return std::make_shared<OwnedCudaStream>(device_, id, state_);
   }
 
   std::shared_ptr<StreamState> wrap_stream(void* native_stream,
@@ -263,7 +252,7 @@ class CudaBackend final : public detail::DeviceBackend {
     if (auto it = wrapped_.find(native_id); it != wrapped_.end()) {
       if (auto live = it->second.lock()) return live;
     }
-    auto stream = std::make_shared<CudaStream>(device_, make_id(), state_, handle, what);
+    auto stream = std::make_shared<WrappedCudaStream>(device_, make_id(), state_, StreamRef(handle), what);
     wrapped_[native_id] = stream;
     return stream;
   }

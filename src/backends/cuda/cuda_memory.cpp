@@ -103,19 +103,28 @@ class PinnedStorage final : public Storage {
   std::size_t capacity_;
 };
 
-// Pinned words, handed out from 4 KiB pages, one word per 64-byte line so that the GPU's
-// writes to one counter do not disturb the host's reads of another.
+// Pinned words, handed out from pages of pinned memory, one word per cache line so that the
+// GPU's writes to one counter do not disturb the host's reads of another.
+constexpr std::size_t kWordPageBytes = 4096;
+constexpr std::size_t kCacheLineBytes = 64;
+
+// A word of a page: its address for the host and for the GPU.
+struct WordSlot {
+  std::uint64_t* host = nullptr;
+  CUdeviceptr device = 0;
+};
+
 class WordPool {
  public:
-  PinnedWord take() {
+  WordSlot take() {
     std::lock_guard lock(mu_);
     if (free_.empty()) grow();
-    PinnedWord w = free_.back();
+    WordSlot w = free_.back();
     free_.pop_back();
     *w.host = 0;
     return w;
   }
-  void give(PinnedWord w) noexcept {
+  void give(WordSlot w) noexcept {
     std::lock_guard lock(mu_);
     try {
       free_.push_back(w);
@@ -126,24 +135,23 @@ class WordPool {
 
  private:
   void grow() {
-    constexpr std::size_t kPage = 4096, kLine = 64;
     void* page = nullptr;
-    check(cudaHostAlloc(&page, kPage, cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc",
-          "for timeline counters");
-    std::memset(page, 0, kPage);
+    check(cudaHostAlloc(&page, kWordPageBytes, cudaHostAllocMapped | cudaHostAllocPortable),
+          "cudaHostAlloc", "for timeline counters");
+    std::memset(page, 0, kWordPageBytes);
     void* dev = nullptr;
     check(cudaHostGetDevicePointer(&dev, page, 0), "cudaHostGetDevicePointer", "for timeline counters");
-    for (std::size_t off = 0; off < kPage; off += kLine) {
-      free_.push_back(PinnedWord{reinterpret_cast<std::uint64_t*>(static_cast<char*>(page) + off),
-                                 reinterpret_cast<CUdeviceptr>(static_cast<char*>(dev) + off)});
+    for (std::size_t off = 0; off < kWordPageBytes; off += kCacheLineBytes) {
+      free_.push_back(WordSlot{reinterpret_cast<std::uint64_t*>(static_cast<char*>(page) + off),
+                               reinterpret_cast<CUdeviceptr>(static_cast<char*>(dev) + off)});
     }
   }
   std::mutex mu_;
-  std::vector<PinnedWord> free_;
+  std::vector<WordSlot> free_;
 };
 
 WordPool& word_pool() {
-  static auto* pool = new WordPool();
+  static auto* pool = new WordPool();  // never destroyed: words come back during exit
   return *pool;
 }
 
@@ -175,7 +183,13 @@ Ref<Storage> allocate_pinned(std::size_t bytes) {
   return Ref<Storage>(new PinnedStorage(p, bytes, capacity));
 }
 
-PinnedWord acquire_word() { return word_pool().take(); }
-void release_word(PinnedWord word) noexcept { word_pool().give(word); }
+PinnedWord PinnedWord::acquire() {
+  const WordSlot w = word_pool().take();
+  return PinnedWord(w.host, w.device);
+}
+
+void PinnedWord::release() noexcept {
+  if (host_) word_pool().give(WordSlot{std::exchange(host_, nullptr), std::exchange(device_, 0)});
+}
 
 }  // namespace eventide::backends::cuda

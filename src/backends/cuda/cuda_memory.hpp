@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -32,14 +33,40 @@ Ref<Storage> allocate_device(Device device, std::size_t bytes, cudaStream_t stre
 // `bytes` of pinned, mapped host memory, as a CPU tensor's storage (device cpu).
 Ref<Storage> allocate_pinned(std::size_t bytes);
 
-// A pinned 64-bit word the GPU can read and write (timeline counters, gates): host address
-// and device address. Words are recycled when their owner releases them.
-struct PinnedWord {
-  std::uint64_t* host = nullptr;
-  CUdeviceptr device = 0;
+// A pinned 64-bit word the GPU can read and write (a timeline's counter), leased from a
+// process-wide pool: move-only, and back to the pool when the lease ends (no CUDA call: the
+// pool keeps its pages for the process's life). host(): its address for the host; device():
+// for the GPU.
+class PinnedWord {
+ public:
+  PinnedWord() noexcept = default;
+  // A word, zeroed. DeviceError if pinned memory cannot be had.
+  static PinnedWord acquire();
+
+  PinnedWord(PinnedWord&& other) noexcept
+      : host_(std::exchange(other.host_, nullptr)), device_(std::exchange(other.device_, 0)) {}
+  PinnedWord& operator=(PinnedWord&& other) noexcept {
+    if (this != &other) {
+      release();
+      host_ = std::exchange(other.host_, nullptr);
+      device_ = std::exchange(other.device_, 0);
+    }
+    return *this;
+  }
+  PinnedWord(const PinnedWord&) = delete;
+  PinnedWord& operator=(const PinnedWord&) = delete;
+  ~PinnedWord() { release(); }
+
+  std::uint64_t* host() const noexcept { return host_; }
+  CUdeviceptr device() const noexcept { return device_; }
+
+ private:
+  PinnedWord(std::uint64_t* host, CUdeviceptr device) noexcept : host_(host), device_(device) {}
+  void release() noexcept;  // back to the pool
+
+  std::uint64_t* host_ = nullptr;
+  CUdeviceptr device_ = 0;
 };
-PinnedWord acquire_word();
-void release_word(PinnedWord word) noexcept;
 
 // Process exit: from here on device memory is not given back (the CUDA runtime is being torn
 // down); the process's end releases it.

@@ -1,11 +1,12 @@
-// CUDA streams, their GPU-written timelines, and the watcher that turns GPU progress into
-// host-side completions.
+// CUDA streams and their GPU-written timelines.
 //
-// Timelines on the GPU: every op enqueued on a CudaStream is followed by a stream memory
-// operation (cuStreamWriteValue64) that writes the op's sequence number into the stream's
-// counter, a word of pinned host memory. poll() and the waiters read it with a plain load;
-// nothing asks the driver. An op that depends on another GPU stream's work makes its stream
-// wait for that stream's counter on the GPU (cuStreamWaitValue64): the host is not involved.
+// Timelines on the GPU: every op enqueued on a CudaStream is followed by the publication of
+// its end (cuda_progress.hpp: a stream memory operation, cuStreamWriteValue64, that writes
+// the op's sequence number into the stream's counter, a word of pinned host memory; or, on
+// devices without them, a CUDA event). poll() and the waiters read the counter with a plain
+// load; nothing asks the driver. An op that depends on another GPU stream's work makes its
+// stream wait for that work on the GPU (cuStreamWaitValue64 on the other's counter, or
+// cudaStreamWaitEvent): the host is not involved.
 //
 // An op that depends on host-side work still running (a UserEvent, an op of the CPU) is held
 // on the host instead, with every op enqueued on its stream after it, and the watcher
@@ -16,17 +17,15 @@
 // while a stream waited for a UserEvent that the same thread would set next). Held work
 // blocks nothing.
 //
-// The watcher (one thread per device) looks after what is in flight: it fires the listeners
-// of timelines that have passed their fences (callbacks, waiters that sleep, CPU work waiting
-// on GPU work), launches held work whose host-side dependencies have finished, retires
-// finished Works (decides their errors, releases the memory they held, hands their timing to
-// CUPTI), and checks the device's health when nothing moves: a sticky error (a kernel that
-// trapped) fails everything in flight and held, so that nothing waits forever. It spins while
-// progress comes, then backs off to sleeping.
+// The device's watcher (cuda_watcher.hpp) looks after what is in flight: it launches held
+// work whose host-side dependencies have finished (release_if_due), retires finished Works
+// (retire: decides their errors, releases the memory they held, hands their timing to
+// CUPTI), and fails everything in flight and held when the device fails (abandon).
 //
-// Devices without stream memory operations (device attribute, or EVENTIDE_CUDA_MEMOPS=0)
-// fall back to CUDA events: each op records an event, the watcher queries them in order and
-// advances the counter itself, and streams wait on each other's events (cudaStreamWaitEvent).
+// Ownership: the native stream of an OwnedCudaStream (Stream(device)) is made with it and
+// destroyed with it; a WrappedCudaStream (Stream::from_native) uses one that someone else
+// owns and never destroys it. The timeline's counter is a PinnedWord lease, back to its pool
+// with the timeline.
 //
 // Out of memory (host): submit(), the launches and the watcher are noexcept, and allocate
 // nothing that could fail there: held and in-flight work are lists linked through the Works
@@ -39,19 +38,17 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
-#include <unordered_map>
-#include <vector>
 
+#include "backends/cuda/cuda_device.hpp"
+#include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/cuda_memory.hpp"
 #include "core/runtime_lock.hpp"
-#include "core/parker.hpp"
-#include "core/runtime_thread.hpp"
 #include "core/stream_state.hpp"
 #include "core/timeline.hpp"
 
@@ -104,15 +101,11 @@ class WorkList {
   std::size_t size_ = 0;
 };
 
-class CudaDevice;
-class CudaStream;
-
 class CudaTimeline final : public detail::Timeline {
  public:
   CudaTimeline(std::string name, CudaDevice& device, PinnedWord word);
-  ~CudaTimeline() override;
 
-  CUdeviceptr counter_address() const noexcept { return word_.device; }
+  CUdeviceptr counter_address() const noexcept { return word_.device(); }
   CudaDevice& device() const noexcept { return device_; }
   void await_timing(Work& work) override;
   void await_timings(std::span<Work* const> works) override;
@@ -124,26 +117,22 @@ class CudaTimeline final : public detail::Timeline {
 
  private:
   CudaDevice& device_;
-  PinnedWord word_;
+  PinnedWord word_;  // the counter: back to its pool with the timeline
 };
 
-class CudaStream final : public detail::StreamState {
+// What OwnedCudaStream and WrappedCudaStream share: everything but who owns the native
+// stream.
+class CudaStream : public detail::StreamState {
  public:
-  // A new stream, owned (destroyed with this).
-  CudaStream(Device device, std::uint64_t id, CudaDevice& owner);
-  // A stream over `native`, which someone else owns (not destroyed here); `what` says whose
-  // ("wrapped", "legacy default stream", ...), for its name.
-  CudaStream(Device device, std::uint64_t id, CudaDevice& owner, cudaStream_t native,
-             std::string what);
   ~CudaStream() override;
 
-  cudaStream_t handle() const noexcept { return handle_; }
+  cudaStream_t handle() const noexcept { return native_.get(); }
   // Device scratch memory of `bytes` for library calls on this stream (cuBLASLt), allocated
   // at first use and kept with the stream.
   detail::Ref<Storage> workspace(std::size_t bytes);
   CudaDevice& owner() const noexcept { return owner_; }
   std::exception_ptr device_error() const override;
-  void* native_handle() const noexcept override { return handle_; }
+  void* native_handle() const noexcept override { return native_.get(); }
 
   // For the watcher: launches held work whose host-side dependencies have finished.
   void release_if_due() noexcept;
@@ -153,9 +142,16 @@ class CudaStream final : public detail::StreamState {
   // (device lost).
   void abandon(const std::exception_ptr& error) noexcept;
   // cudaStreamQuery: a sticky error shows here first.
-  cudaError_t query_native() const noexcept { return cudaStreamQuery(handle_); }
+  cudaError_t query_native() const noexcept { return cudaStreamQuery(native_.get()); }
 
  protected:
+  // `timeline_name`: "cuda:0 stream 3", with what the native stream is for a wrapped one;
+  // `native`: the native stream (null for an owned one until it has made it: bind()).
+  CudaStream(Device device, std::uint64_t id, CudaDevice& owner, std::string timeline_name,
+             StreamRef native);
+  // Sets the native stream, once, in the constructor of an owned stream.
+  void bind(StreamRef native) noexcept { native_ = native; }
+
   void submit(detail::Ref<Work> work) noexcept override;
   bool native_idle() const noexcept override;
   void check_submit() const override;
@@ -164,8 +160,8 @@ class CudaStream final : public detail::StreamState {
   friend class ReleaseListener;
 
   // The first dependency of `work` that the GPU cannot wait for: host-side work that has not
-  // finished, or (in the event fallback) GPU work not launched yet, which has no event to
-  // wait on. Null if none.
+  // finished, or GPU work whose device's progress this stream cannot wait on (in the events'
+  // strategy: not launched yet, so without an event). Null if none.
   const detail::Dep* host_wait(const Work& work) noexcept;
   // Has the watcher release held work when the host-side work the first held op waits for
   // finishes. Under launch_mu_.
@@ -173,13 +169,13 @@ class CudaStream final : public detail::StreamState {
   // Launches `work` on the GPU after what it depends on there. Under launch_mu_. Returns the
   // device's failure if the launch found one (the caller reports it once unlocked).
   std::exception_ptr launch_locked(detail::Ref<Work> work) noexcept;
+  // Orders this stream after `dep` on the GPU; sets `decided_later` if its failure can only
+  // be known once it has finished.
   void order_after(const detail::Dep& dep, bool& decided_later);
-  // Fallback mode records the event after the op into the device's map (done_event).
-  void publish(Work& work);
   void ensure_watched() noexcept;
 
   CudaDevice& owner_;
-  // Counts the stream in its device's room for the watcher's list (CudaDevice::add_stream)
+  // Counts the stream in its device's room for the watcher's list (Watcher::add_stream)
   // while it lives, also when a later part of the constructor throws.
   struct StreamSlot {
     explicit StreamSlot(CudaDevice& device);
@@ -189,12 +185,11 @@ class CudaStream final : public detail::StreamState {
     CudaDevice& device;
   };
   StreamSlot slot_{owner_};
-  cudaStream_t handle_ = nullptr;
-  bool owns_handle_ = true;
+  StreamRef native_;
   // The per-thread default stream is a different stream on each thread: a wrapper of it is
   // the one of the thread that made it, and only that thread may enqueue on it.
-  bool per_thread_ = false;
-  std::thread::id thread_;
+  const bool per_thread_;
+  const std::thread::id thread_;
   CudaTimeline& timeline_;
 
   std::mutex workspace_mu_;
@@ -216,75 +211,25 @@ class CudaStream final : public detail::StreamState {
   bool watched_ = false;  // the watcher has this stream on its list
 };
 
-// Per-device state shared by its streams.
-class CudaDevice {
+// A stream eventide made (Stream(device)): a non-blocking native stream, made with it and
+// destroyed with it (once the watcher has let go of it, so with nothing of eventide's left in
+// flight; work other code queued on the native handle completes first).
+class OwnedCudaStream final : public CudaStream {
  public:
-  explicit CudaDevice(Device device);
-
-  // A stream of the device is made (throws std::bad_alloc) / destroyed: the watcher's list
-  // keeps room for every stream, so that watch() allocates nothing.
-  void add_stream();
-  void remove_stream() noexcept;
-  // Starts the watcher if it has not started (std::system_error, std::bad_alloc): before the
-  // first submit, so that watch() never has to start it where nothing may fail.
-  void ensure_watcher();
-
-  Device device() const noexcept { return device_; }
-  const cudaDeviceProp& props() const noexcept { return props_; }
-  bool mem_ops() const noexcept { return mem_ops_; }
-
-  // The device's sticky error once it has failed, else null.
-  std::exception_ptr broken() const;
-  // Records a failure of the device (sticky error) and abandons all work in flight.
-  void mark_broken(std::exception_ptr error) noexcept;
-
-  // Watcher interface. Allocates nothing (see add_stream, ensure_watcher).
-  void watch(std::shared_ptr<CudaStream> stream) noexcept;
-  // Something to look at (new work, a listener, held work to release): the watcher spins
-  // again instead of backing off.
-  void wake() noexcept {
-    wakes_.fetch_add(1, std::memory_order_release);
-    parker_->unpark();
-  }
-  // Stops the watcher, waiting for it until `deadline`.
-  void stop(detail::Clock::time_point deadline) noexcept;
-
-  // Fallback mode: the event recorded after `work`, if it is still in flight.
-  cudaEvent_t done_event(const Work& work);
-  void set_done_event(const Work& work, cudaEvent_t event);
-  void forget_done_event(const Work& work);
-  cudaEvent_t take_event();
-  void give_event(cudaEvent_t event) noexcept;
+  // DeviceError if the native stream cannot be made.
+  OwnedCudaStream(Device device, std::uint64_t id, CudaDevice& owner);
+  ~OwnedCudaStream() override;
 
  private:
-  void run() noexcept;
-  void check_health() noexcept;
-  // Calls fn(stream) for each watched stream, taking each under mu_ in turn (no copy of the
-  // list: it runs where nothing may fail).
-  template <class Fn>
-  void for_each_watched(Fn&& fn) noexcept;
+  OwnedStream own_;
+};
 
-  const Device device_;
-  cudaDeviceProp props_{};
-  bool mem_ops_ = false;
-
-  mutable detail::RuntimeMutex mu_;
-  std::exception_ptr broken_;
-  std::atomic<bool> is_broken_{false};  // broken_ is set: broken()'s look without mu_
-  // A stream may be on it twice for a moment (see run()): room for two entries per stream.
-  std::vector<std::shared_ptr<CudaStream>> watched_;
-  // Streams of the device alive (add_stream). Atomic: remove_stream() runs in ~CudaStream,
-  // which may run where mu_ is held (the last reference to a stream dropped by the watcher's
-  // list), so it must not take mu_.
-  std::atomic<std::size_t> streams_{0};
-  std::atomic<std::uint64_t> watched_version_{0};  // bumped (under mu_) when watched_ changes
-  std::unordered_map<const Work*, cudaEvent_t> done_events_;
-  std::vector<cudaEvent_t> spare_events_;
-
-  detail::Ref<detail::Parker> parker_ = detail::make_ref<detail::Parker>();
-  std::atomic<bool> stop_{false};
-  std::atomic<std::uint64_t> wakes_{0};
-  detail::RuntimeThread thread_;
+// A stream over `native`, which someone else owns (Stream::from_native): never destroyed
+// here. `what` says whose ("wrapped", "legacy default stream", ...), for its name.
+class WrappedCudaStream final : public CudaStream {
+ public:
+  WrappedCudaStream(Device device, std::uint64_t id, CudaDevice& owner, StreamRef native,
+                    const std::string& what);
 };
 
 }  // namespace eventide::backends::cuda

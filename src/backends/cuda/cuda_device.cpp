@@ -1,0 +1,108 @@
+#include "backends/cuda/cuda_device.hpp"
+
+#include <cstdio>
+#include <mutex>
+#include <system_error>
+
+#include "backends/cuda/cuda_api.hpp"
+#include "backends/cuda/cuda_stream.hpp"
+#include "eventide/errors.hpp"
+
+namespace eventide::backends::cuda {
+
+// --- TransferStream ----------------------------------------------------------------------
+
+TransferStream::Use TransferStream::use() {
+  const std::string what = "(transfers of " + device_.str() + ")";
+  Use use;
+  std::shared_lock lock(mu_);
+  while (!stream_.get() && !shut_down_) {
+    // Made under the exclusive lock, once; then used under the shared one like any copy.
+    lock.unlock();
+    {
+      std::unique_lock exclusive(mu_);
+      if (!stream_.get() && !shut_down_) stream_ = OwnedStream::create(device_, what);
+    }
+    lock.lock();
+  }
+  if (shut_down_) {
+    // Process exit: the shared stream is gone, and one made now would never be destroyed.
+    lock.unlock();
+    use.own_ = OwnedStream::create(device_, what);
+    use.stream_ = use.own_.get();
+    return use;
+  }
+  use.stream_ = stream_.get();
+  use.lock_ = std::move(lock);
+  return use;
+}
+
+void TransferStream::shutdown(detail::Clock::time_point deadline) noexcept {
+  try {
+    std::unique_lock lock(mu_, std::defer_lock);
+    // A copy still running at the deadline keeps the stream: it is left to the process's end.
+    if (!lock.try_lock_until(deadline)) return;
+    shut_down_ = true;
+    char what[48];  // no allocation for the message: this runs at exit
+    std::snprintf(what, sizeof what, "(transfers of cuda:%d)", device_.index());
+    stream_.reset(what);
+  } catch (const std::system_error&) {
+    // The lock could not be taken: the stream is left to the process's end.
+  }
+}
+
+// --- CudaDevice --------------------------------------------------------------------------
+
+CudaDevice::CudaDevice(Device device) : device_(device) {
+  check(cudaGetDeviceProperties(&props_, device.index()), "cudaGetDeviceProperties",
+        "for " + device.str());
+  progress_ = choose_progress(device);
+}
+
+CudaDevice::~CudaDevice() = default;
+
+std::exception_ptr CudaDevice::broken() const {
+  // Every launch asks: no lock until the device has failed.
+  if (!is_broken_.load(std::memory_order_acquire)) return nullptr;
+  std::lock_guard lock(mu_);
+  return broken_;
+}
+
+namespace {
+
+// The device's failure, naming it; without memory for the message, `error` itself.
+std::exception_ptr device_failure(Device device, const std::exception_ptr& error) noexcept {
+  try {
+    try {
+      std::rethrow_exception(error);
+    } catch (const DeviceError& e) {
+      return std::make_exception_ptr(DeviceError(
+          device.str() + " has failed and cannot run more work (" + e.what() + ")", e.call(),
+          e.status()));
+    } catch (const std::exception& e) {
+      return std::make_exception_ptr(
+          DeviceError(device.str() + " has failed and cannot run more work (" + e.what() + ")"));
+    }
+  } catch (...) {
+  }
+  return error;
+}
+
+}  // namespace
+
+void CudaDevice::mark_broken(std::exception_ptr error) noexcept {
+  {
+    std::lock_guard lock(mu_);
+    if (!broken_) broken_ = device_failure(device_, error);
+    error = broken_;
+    is_broken_.store(true, std::memory_order_release);
+  }
+  watcher_.abandon_all(error);
+}
+
+void CudaDevice::stop(detail::Clock::time_point deadline) noexcept {
+  watcher_.stop(deadline);
+  transfer_.shutdown(deadline);
+}
+
+}  // namespace eventide::backends::cuda

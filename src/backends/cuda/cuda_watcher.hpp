@@ -1,0 +1,96 @@
+// The watcher: one thread per device that turns GPU progress into host-side completions.
+//
+// It looks after the streams that have work in flight or held (its list): it fires the
+// listeners of timelines that have passed their fences (callbacks, waiters that sleep, CPU
+// work waiting for GPU work), launches held work whose host-side dependencies have finished
+// (CudaStream::release_if_due), retires finished Works (CudaStream::retire), and checks the
+// device's health when nothing moves for kHealthCheckAfter: a sticky error (a kernel that
+// trapped) marks the device broken, which fails everything in flight and held.
+//
+// Pacing: it spins while progress comes, then backs off to sleeping (doubling up to a limit);
+// any new work or listener (wake()) makes it spin again. While a listener is registered it
+// spins longer and sleeps less, so that a wait on long GPU work learns of its end promptly.
+//
+// State: not started, running (started by ensure_started() before the first submit, so that
+// watch() never has to start it where nothing may fail), stopped (stop(): at process exit).
+//
+// Thread-safety: every member, from any thread. Its lock (mu_) guards the list and the
+// thread; a stream is never destroyed under it (the last reference to a stream its user has
+// dropped may be the list's: see run()), and remove_stream() does not take it, since it runs
+// in ~CudaStream, which may run where mu_ is held.
+//
+// Out of memory: watch() and the loop allocate nothing that could fail: the list keeps room
+// for every stream alive (add_stream reserves it when a stream is made).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include "core/parker.hpp"
+#include "core/ref.hpp"
+#include "core/runtime_lock.hpp"
+#include "core/runtime_thread.hpp"
+
+namespace eventide::backends::cuda {
+
+class CudaDevice;
+class CudaStream;
+
+class Watcher {
+ public:
+  explicit Watcher(CudaDevice& device) noexcept : device_(device) {}
+  Watcher(const Watcher&) = delete;
+  Watcher& operator=(const Watcher&) = delete;
+
+  // A stream of the device is made (throws std::bad_alloc) / destroyed: the list keeps room
+  // for every stream, so that watch() allocates nothing.
+  void add_stream();
+  void remove_stream() noexcept;
+  // Starts the thread if it has not started (std::system_error, std::bad_alloc): before the
+  // first submit, so that watch() never has to start it where nothing may fail.
+  void ensure_started();
+
+  // Puts `stream` (with work in flight or held) on the list. Allocates nothing.
+  void watch(std::shared_ptr<CudaStream> stream) noexcept;
+  // Something to look at (new work, a listener, held work to release): the watcher spins
+  // again instead of backing off.
+  void wake() noexcept {
+    wakes_.fetch_add(1, std::memory_order_release);
+    parker_->unpark();
+  }
+  // Fails everything in flight and held on the listed streams with `error` (the device is
+  // lost).
+  void abandon_all(const std::exception_ptr& error) noexcept;
+  // Stops the thread, waiting for it until `deadline` (then it is left running: see
+  // RuntimeThread).
+  void stop(detail::Clock::time_point deadline) noexcept;
+
+ private:
+  void run() noexcept;
+  void check_health() noexcept;
+  // Calls fn(stream) for each listed stream, taking each under mu_ in turn (no copy of the
+  // list: it runs where nothing may fail).
+  template <class Fn>
+  void for_each_watched(Fn&& fn) noexcept;
+
+  CudaDevice& device_;
+  mutable detail::RuntimeMutex mu_;
+  // A stream may be on it twice for a moment (see run()): room for two entries per stream.
+  std::vector<std::shared_ptr<CudaStream>> watched_;
+  // Streams of the device alive (add_stream). Atomic: remove_stream() runs in ~CudaStream,
+  // which may run where mu_ is held (the last reference to a stream dropped by the list), so
+  // it must not take mu_.
+  std::atomic<std::size_t> streams_{0};
+  std::atomic<std::uint64_t> watched_version_{0};  // bumped (under mu_) when watched_ changes
+
+  detail::Ref<detail::Parker> parker_ = detail::make_ref<detail::Parker>();
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> wakes_{0};
+  detail::RuntimeThread thread_;
+};
+
+}  // namespace eventide::backends::cuda
