@@ -49,12 +49,18 @@ void use_device(Device device) {
   check(cudaSetDevice(device.index()), "cudaSetDevice", "for " + device.str());
 }
 
+namespace {
+// The driver API version whose entry points are asked for (CUDA 12.0): the versions of the
+// calls whose signatures Driver declares.
+constexpr int kDriverApiVersion = 12000;
+}  // namespace
+
 const Driver* driver() noexcept {
   static const Driver* d = [] () -> const Driver* {
     static Driver drv;
     cudaDriverEntryPointQueryResult found;
     auto get = [&](const char* name, void** fn) {
-      return cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &found) == cudaSuccess &&
+      return cudaGetDriverEntryPointByVersion(name, fn, kDriverApiVersion, cudaEnableDefault, &found) == cudaSuccess &&
              found == cudaDriverEntryPointSuccess && *fn != nullptr;
     };
     bool ok = get("cuStreamWriteValue64", reinterpret_cast<void**>(&drv.write_value64)) &&

@@ -58,7 +58,11 @@ class CudaKernels final : public ops::Kernels {
     const DType dtype = out.dtype;
     cudaStream_t stream = native(s).handle();
     s.launch(normal ? "randn" : "rand", {}, {&out},
-             [=] { kernels::random(mem->data(), n, dtype, normal, seed, offset, stream); });
+             [=] {
+               kernels::random(mem->data(), n, dtype,
+                               normal ? kernels::Distribution::normal : kernels::Distribution::uniform,
+                               seed, offset, stream);
+             });
   }
 
   void binary(StreamState& s, ops::BinaryOp op, TensorState& a, TensorState& b,
@@ -70,8 +74,8 @@ class CudaKernels final : public ops::Kernels {
     cudaStream_t stream = native(s).handle();
     s.launch(ops::name(op), {&a, &b}, {&out},
              [=] {
-               kernels::binary(op == ops::BinaryOp::add, ma->data(), mb->data(), mo->data(), n,
-                               dtype, stream);
+               kernels::binary(op == ops::BinaryOp::add ? kernels::BinaryKind::add : kernels::BinaryKind::mul,
+                               ma->data(), mb->data(), mo->data(), n, dtype, stream);
              });
   }
 

@@ -14,14 +14,20 @@ namespace eventide::backends::cuda::kernels {
 namespace {
 
 constexpr int kThreads = 256;
+// Enough blocks to fill the GPU, not one per element: the kernels stride over the rest. This
+// many per multiprocessor, and this many multiprocessors where CUDA cannot say.
+constexpr int kBlocksPerSm = 8;
+constexpr int kSmsIfUnknown = 80;
+// Box-Muller's angle: 2 pi times a uniform number.
+constexpr float kTwoPiF = 6.283185307179586f;
+constexpr double kTwoPi = 6.283185307179586;
 
-// Enough blocks to fill the GPU, not one per element: the kernels stride over the rest.
 int blocks_for(std::int64_t n) {
   static const int max_blocks = [] {
     int device = 0, sms = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    return (sms > 0 ? sms : 80) * 8;
+    return (sms > 0 ? sms : kSmsIfUnknown) * kBlocksPerSm;
   }();
   std::int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<int>(b < 1 ? 1 : (b > max_blocks ? max_blocks : b));
@@ -107,7 +113,7 @@ __global__ void normal32_kernel(T* out, std::int64_t n, std::uint64_t seed, std:
     px::generate(seed, offset + static_cast<std::uint64_t>(j), r);
     float u1 = px::open_f32(r[0]), u2 = px::unit_f32(r[1]);
     float radius = sqrtf(-2.0f * logf(u1));
-    float angle = 6.283185307179586f * u2;
+    float angle = kTwoPiF * u2;
     out[2 * j] = from_float<T>(radius * cosf(angle));
     if (2 * j + 1 < n) out[2 * j + 1] = from_float<T>(radius * sinf(angle));
   }
@@ -121,7 +127,7 @@ __global__ void normal64_kernel(double* out, std::int64_t n, std::uint64_t seed,
     px::generate(seed, offset + static_cast<std::uint64_t>(j), r);
     double u1 = px::open_f64(r[0], r[1]), u2 = px::unit_f64(r[2], r[3]);
     double radius = sqrt(-2.0 * log(u1));
-    double angle = 6.283185307179586 * u2;
+    double angle = kTwoPi * u2;
     out[2 * j] = radius * cos(angle);
     if (2 * j + 1 < n) out[2 * j + 1] = radius * sin(angle);
   }
@@ -174,9 +180,10 @@ void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t str
   check_launch("fill");
 }
 
-void binary(bool add, const void* a, const void* b, void* out, std::int64_t n, DType dtype,
+void binary(BinaryKind kind, const void* a, const void* b, void* out, std::int64_t n, DType dtype,
             cudaStream_t stream) {
   if (n == 0) return;
+  const bool add = kind == BinaryKind::add;
   const char* op = add ? "add" : "mul";
   by_dtype(dtype, op, [&](auto zero) {
     using T = decltype(zero);
@@ -186,9 +193,10 @@ void binary(bool add, const void* a, const void* b, void* out, std::int64_t n, D
   check_launch(op);
 }
 
-void random(void* out, std::int64_t n, DType dtype, bool normal, std::uint64_t seed,
+void random(void* out, std::int64_t n, DType dtype, Distribution distribution, std::uint64_t seed,
             std::uint64_t offset, cudaStream_t stream) {
   if (n == 0) return;
+  const bool normal = distribution == Distribution::normal;
   const std::int64_t threads_needed = normal ? (n + 1) / 2 : n;
   const int blocks = blocks_for(threads_needed);
   switch (dtype) {

@@ -11,12 +11,16 @@
 
 namespace eventide::backends::cuda::kernels {
 
+// What binary() computes, elementwise: a + b or a * b.
+enum class BinaryKind { add, mul };
+// What random() draws: uniform in [0, 1), or standard normal.
+enum class Distribution { uniform, normal };
+
 void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t stream);
-// out = a + b (add) or a * b, elementwise.
-void binary(bool add, const void* a, const void* b, void* out, std::int64_t n, DType dtype,
+void binary(BinaryKind kind, const void* a, const void* b, void* out, std::int64_t n, DType dtype,
             cudaStream_t stream);
 // Philox numbers laid out as on the CPU (ops/philox.hpp); f16 and bf16 are drawn as f32.
-void random(void* out, std::int64_t n, DType dtype, bool normal, std::uint64_t seed,
+void random(void* out, std::int64_t n, DType dtype, Distribution distribution, std::uint64_t seed,
             std::uint64_t offset, cudaStream_t stream);
 
 // Test-only kernels (tests/cpp/cuda_test.cpp): a kernel that spins `ns` nanoseconds by the

@@ -25,6 +25,14 @@ using detail::Work;
 namespace {
 
 constexpr std::size_t kBufferSize = std::size_t{4} << 20;
+// CUPTI wants its activity buffers aligned to this many bytes.
+constexpr std::size_t kBufferAlignment = 8;
+// cudaEventElapsedTime's milliseconds to nanoseconds.
+constexpr double kNsPerMs = 1e6;
+// CUPTI's clock against the host's: the narrowest of this many brackets.
+constexpr int kClockBrackets = 8;
+// Device memory for the calibration's one-element kernel.
+constexpr std::size_t kCalibrationScratchBytes = 64;
 // The watcher flushes CUPTI's buffers once this many finished ops wait for their records.
 constexpr std::size_t kFlushWhenRetired = 1024;
 // Markers measured from an anchor more than this far away (float milliseconds: 60 ns steps at
@@ -215,7 +223,7 @@ Timing::Impl* g_impl = nullptr;  // for CUPTI's C callbacks
 
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
   *size = kBufferSize;
-  *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(8, kBufferSize));
+  *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kBufferAlignment, kBufferSize));
   *max_records = 0;
 }
 
@@ -322,7 +330,7 @@ class CudaStamp final : public detail::Stamp {
       (void)cudaGetLastError();
       return std::nullopt;
     }
-    return static_cast<double>(ms) * 1e6;
+    return static_cast<double>(ms) * kNsPerMs;
   }
 
   int device() const noexcept { return device_; }
@@ -376,7 +384,7 @@ Timing::Impl::Anchor* calibrate(Timing& timing, Timing::Impl& impl, int device) 
     return nullptr;
   }
   if (!a.event && (cudaEventCreate(&a.event) != cudaSuccess || cudaEventCreate(&a.after) != cudaSuccess ||
-                   cudaMalloc(&a.scratch, 64) != cudaSuccess)) {
+                   cudaMalloc(&a.scratch, kCalibrationScratchBytes) != cudaSuccess)) {
     (void)cudaGetLastError();
     restore();
     return nullptr;
@@ -404,7 +412,7 @@ Timing::Impl::Anchor* calibrate(Timing& timing, Timing::Impl& impl, int device) 
     return nullptr;
   }
   const double kernel_ns = static_cast<double>(probe->end_ns() - probe->start_ns());
-  const double outside_ns = std::max(0.0, static_cast<double>(bracket_ms) * 1e6 - kernel_ns);
+  const double outside_ns = std::max(0.0, static_cast<double>(bracket_ms) * kNsPerMs - kernel_ns);
   a.cupti_ns = probe->start_ns() - static_cast<std::int64_t>(outside_ns / 2);
   a.made_host_ns = detail::host_now_ns();
   return &a;
@@ -451,7 +459,7 @@ void Timing::time_marker(Work& work) {
     work.finish_timing();
     return;
   }
-  const std::int64_t ns = base + static_cast<std::int64_t>(static_cast<double>(*ms) * 1e6);
+  const std::int64_t ns = base + static_cast<std::int64_t>(static_cast<double>(*ms) * kNsPerMs);
   work.set_times(ns, ns);
 }
 
@@ -529,7 +537,8 @@ void Timing::retired(Work& work) noexcept {
     cudaEvent_t ref = ref_it == impl_->reference.end() ? nullptr : ref_it->second;
     if (ref && cudaEventElapsedTime(&start_ms, ref, e.start) == cudaSuccess &&
         cudaEventElapsedTime(&end_ms, ref, e.end) == cudaSuccess) {
-      work.merge_times(static_cast<std::int64_t>(start_ms * 1e6), static_cast<std::int64_t>(end_ms * 1e6));
+      work.merge_times(static_cast<std::int64_t>(start_ms * kNsPerMs),
+                       static_cast<std::int64_t>(end_ms * kNsPerMs));
     }
     for (cudaEvent_t ev : {e.start, e.end}) {
       if (!ev) continue;
@@ -586,7 +595,7 @@ std::int64_t Timing::to_host_ns(int device, std::int64_t device_ns) noexcept {
       if (impl_->cupti_offset_at == 0 || now - impl_->cupti_offset_at > kCalibrationAgeNs) {
         // The narrowest of a few brackets: the least disturbed by preemption.
         std::int64_t best_width = std::numeric_limits<std::int64_t>::max();
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < kClockBrackets; ++i) {
           const std::int64_t before = detail::host_now_ns();
           std::uint64_t cupti_now = 0;
           if (cuptiGetTimestamp(&cupti_now) != CUPTI_SUCCESS) break;
