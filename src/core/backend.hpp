@@ -1,9 +1,15 @@
 // The seam between the core and a backend: what a device must provide.
 //
-// One DeviceBackend per device (the CPU; each CUDA GPU). The core asks it for streams and
-// memory and for its kernels (ops/kernels.hpp: what the ops layer needs); it knows nothing
-// else of the device. Backends are listed in src/backends/registry.cpp: adding one is a new
-// folder and one line there, never an edit of the core.
+// A backend is a folder src/backends/<name>/ with its own CMake target, and describes itself
+// to the core by one BackendDescriptor (below): its kind's name and numbering, its rank as the
+// default device, its DLPack device type, and how to find its devices. Each device it finds
+// is a DeviceBackend (the CPU; each CUDA GPU): the core asks it for streams, memory and
+// kernels (ops/kernels.hpp: what the ops layer needs), and for the native streams it imports;
+// it knows nothing else of the device. The build lists the enabled backends
+// (eventide_add_backend in src/CMakeLists.txt) and generates the registry from that list
+// (compiled_backends()): adding one is a new folder and one line there, never an edit of the
+// core. The core itself (the eventide_core target) links no backend: the test suite links it
+// with a fake one alone (tests/fake).
 #pragma once
 
 #include <chrono>
@@ -11,6 +17,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/ref.hpp"
@@ -43,6 +52,10 @@ class DeviceBackend {
   // `bytes` of device memory for an op about to be enqueued on `stream` (stream-ordered
   // where the device has that), freed when the last reference goes. DeviceError if it cannot.
   virtual Ref<Storage> allocate(std::size_t bytes, StreamState& stream) = 0;
+  // `bytes` of host memory (a Storage of Device::cpu()) that this device copies to and from
+  // best (pinned on a GPU): the staging of copies between devices, and the memory of a cpu
+  // tensor copied from this device. DeviceError if it cannot.
+  virtual Ref<Storage> allocate_host(std::size_t bytes) = 0;
   virtual ops::Kernels& kernels() = 0;
   // fork() (see Runtime). Before it the device quiesces: host work stops starting, and the
   // caller waits until `deadline` for what runs (calls nest); with `hold` (pthread_atfork's
@@ -61,10 +74,46 @@ class DeviceBackend {
   virtual void shutdown(std::chrono::steady_clock::time_point deadline) noexcept = 0;
 };
 
-// Every device the compiled-in backends find on this machine (src/backends/registry.cpp).
-std::vector<std::unique_ptr<DeviceBackend>> discover_devices();
+// How the devices of a kind are numbered and spelled.
+enum class DeviceIndexing : std::uint8_t {
+  single,   // one device, index 0, spelled by the kind's name alone ("cpu"; "cpu:0" parses)
+  indexed,  // "kind:N" for any N >= 0; "kind" alone is "kind:0"
+};
 
-// Whether a backend for `kind` was compiled in, and why a device is missing, for messages.
+// What a backend tells the core about itself. One constant per backend, named
+// eventide::backends::<name>::kDescriptor (the generated registry refers to it by that name).
+struct BackendDescriptor {
+  // The kind's name, as devices are spelled ("cpu", "cuda"), and its numbering.
+  std::string_view kind;
+  DeviceIndexing indexing;
+  // default_device() is device 0 of the available kind of highest priority (cpu: 0, cuda: 100).
+  int default_priority;
+  // DLPack's DLDeviceType of the kind's memory (kDLCPU = 1, kDLCUDA = 2); 0 if it has none.
+  int dlpack_device_type;
+  // More DLPack device types whose memory this kind reads as its own (the cpu: host memory
+  // that another runtime pinned, kDLCUDAHost = 3, kDLROCMHost = 11).
+  std::span<const int> dlpack_also_reads;
+  // Every device of the kind on this machine, in index order (none: why_unavailable says
+  // why). Called once, when the runtime starts. Each device imports native streams through
+  // DeviceBackend::wrap_stream and owns_native_stream.
+  std::vector<std::unique_ptr<DeviceBackend>> (*discover)();
+  // Why `device` (of this kind) is not available, for messages.
+  std::string (*why_unavailable)(Device device);
+  // Whether the kind's devices have native streams to import (Stream::from_native).
+  bool has_native_streams;
+};
+
+// The backends of this build, in the order their devices are listed (cpu first, where it is
+// compiled in). Defined by the registry the build generates from its list of backends
+// (src/backends/registry.cpp.in); a program that links the core alone defines its own (the
+// fake backend's test).
+std::span<const BackendDescriptor* const> compiled_backends() noexcept;
+
+// The descriptor of `kind`'s backend, or null where this build has none.
+const BackendDescriptor* find_backend(DeviceKind kind) noexcept;
+
+// Why `device` is not available, for messages: its backend's words, or that this build has
+// no backend of its kind.
 std::string why_unavailable(Device device);
 
 }  // namespace eventide::detail

@@ -122,8 +122,10 @@ Runtime& Runtime::get() {
 }
 
 Runtime::Runtime() {
-  for (auto& backend : discover_devices()) {
-    contexts_.push_back(std::make_unique<DeviceContext>(std::move(backend)));
+  for (const BackendDescriptor* kind : compiled_backends()) {
+    for (auto& backend : kind->discover()) {
+      contexts_.push_back(std::make_unique<DeviceContext>(std::move(backend)));
+    }
   }
 }
 
@@ -176,10 +178,18 @@ Device Runtime::default_device() {
                                 why_unavailable(d));
         }
         default_device_ = d;
-      } else if (find(Device::cuda(0))) {
-        default_device_ = Device::cuda(0);
       } else {
-        default_device_ = Device::cpu();
+        // Device 0 of the available kind that ranks highest (a GPU over the CPU).
+        const BackendDescriptor* best = nullptr;
+        for (const auto& c : contexts_) {
+          const BackendDescriptor* kind = find_backend(c->device().kind());
+          if (c->device().index() == 0 && kind && !c->lost_in_fork() &&
+              (!best || kind->default_priority > best->default_priority)) {
+            best = kind;
+            default_device_ = c->device();
+          }
+        }
+        if (!best) default_device_ = Device::cpu();
       }
     } catch (...) {
       default_device_error_ = std::current_exception();
@@ -214,7 +224,13 @@ Device Runtime::native_stream_device(void* native) {
   }
   throw InvalidArgument("Stream::from_native: no device of this process knows the native stream " +
                         std::to_string(reinterpret_cast<std::uintptr_t>(native)) +
-                        (find(Device::cuda(0)) ? "" : " (no CUDA device is available)"));
+                        (std::any_of(contexts_.begin(), contexts_.end(),
+                                     [](const auto& c) {
+                                       const BackendDescriptor* kind = find_backend(c->device().kind());
+                                       return kind && kind->has_native_streams && !c->lost_in_fork();
+                                     })
+                             ? ""
+                             : " (no device that has native streams is available)"));
 }
 
 std::shared_ptr<StreamState> Runtime::current_stream(Device device) {

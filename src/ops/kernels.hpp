@@ -50,10 +50,31 @@ class Kernels {
   virtual void download(const TensorState& src, void* host) = 0;
   // dst = src, both on this device.
   virtual void copy(StreamState& s, TensorState& src, TensorState& dst) = 0;
-  // A copy of `src` on `to`, where one of the two is this device and the other is not: made
-  // asynchronously, ordered after src's producer. The device that is not the CPU does the
-  // copies (Tensor::to asks it).
-  virtual std::shared_ptr<TensorState> transfer(TensorState& src, Device to) = 0;
+
+  // The two halves of a copy between devices (ops/transfer.cpp puts them together). `host`
+  // is a tensor in host memory (a Storage of Device::cpu(), from some device's
+  // allocate_host); each enqueues one op on `s`, a stream of this device, that reads or
+  // writes `host` through the hazards like any tensor, so it is ordered after the producer of
+  // what it reads, whichever device that is on, and its failure propagates.
+  //
+  // host = src (src on this device), when the stream reaches the op.
+  virtual void download_async(StreamState& s, TensorState& src, TensorState& host) = 0;
+  // out = host (out on this device), when the stream reaches the op.
+  virtual void upload_async(StreamState& s, TensorState& host, TensorState& out) = 0;
+  // A copy of `src` (on this device) on `to`, made by this device alone where it has a direct
+  // path there (CUDA: another GPU, peer to peer), asynchronously and ordered after src's
+  // producer; null where it has none (the copy then goes through host memory). Never
+  // enqueues work on a stream of another backend.
+  virtual std::shared_ptr<TensorState> copy_direct(TensorState& src, Device to) {
+    (void)src;
+    (void)to;
+    return nullptr;
+  }
 };
+
+// A copy of `src` on `to` (another device), asynchronous and ordered after src's producer,
+// made by the backends of the two devices (ops/transfer.cpp says how). InvalidArgument if
+// `to` is not available.
+std::shared_ptr<TensorState> transfer(TensorState& src, Device to);
 
 }  // namespace eventide::ops

@@ -66,12 +66,8 @@ void Tensor::copy_to_host(void* out, DType as) const {
 Tensor Tensor::to(Device device) const {
   const auto& s = checked(state_, "to");
   if (device == s.device) return *this;
-  auto& rt = detail::Runtime::get();
-  rt.check_running();
-  detail::DeviceContext& target = rt.context(device);  // InvalidArgument if not here
-  // The device that is not the CPU makes the copy (from a GPU: the source's).
-  detail::DeviceContext& copier = s.device.is_cpu() ? target : rt.context(s.device);
-  return Tensor(copier.backend().kernels().transfer(const_cast<detail::TensorState&>(s), device));
+  detail::Runtime::get().check_running();
+  return Tensor(ops::transfer(const_cast<detail::TensorState&>(s), device));
 }
 
 void* Tensor::data_ptr() const { return checked(state_, "data_ptr").storage->data(); }

@@ -69,4 +69,32 @@ Ref<detail::Storage> CpuBackend::allocate(std::size_t bytes, StreamState&) {
   return HeapStorage::make(bytes);
 }
 
+Ref<detail::Storage> CpuBackend::allocate_host(std::size_t bytes) { return HeapStorage::make(bytes); }
+
+namespace {
+
+constexpr int kDLCPU = 1, kDLCUDAHost = 3, kDLROCMHost = 11;  // dlpack.h's DLDeviceType
+constexpr int kAlsoReads[] = {kDLCUDAHost, kDLROCMHost};
+
+std::vector<std::unique_ptr<detail::DeviceBackend>> discover() {
+  std::vector<std::unique_ptr<detail::DeviceBackend>> out;
+  out.push_back(std::make_unique<CpuBackend>());
+  return out;
+}
+
+std::string why_unavailable(Device) { return "there is one cpu device, cpu:0"; }
+
+}  // namespace
+
+constinit const detail::BackendDescriptor kDescriptor{
+    .kind = "cpu",
+    .indexing = detail::DeviceIndexing::single,
+    .default_priority = 0,
+    .dlpack_device_type = kDLCPU,
+    .dlpack_also_reads = kAlsoReads,
+    .discover = &discover,
+    .why_unavailable = &why_unavailable,
+    .has_native_streams = false,
+};
+
 }  // namespace eventide::backends::cpu

@@ -14,6 +14,9 @@ namespace eventide::backends::cpu {
 
 std::unique_ptr<ops::Kernels> make_kernels();
 
+// The cpu backend as the core sees it (core/backend.hpp): kind "cpu", one device, the host.
+extern const detail::BackendDescriptor kDescriptor;
+
 class CpuBackend final : public detail::DeviceBackend {
  public:
   CpuBackend();
@@ -25,6 +28,7 @@ class CpuBackend final : public detail::DeviceBackend {
   std::shared_ptr<StreamState> wrap_stream(void* native,
                                            const std::function<std::uint64_t()>& make_id) override;
   Ref<detail::Storage> allocate(std::size_t bytes, StreamState& stream) override;
+  Ref<detail::Storage> allocate_host(std::size_t bytes) override;
   ops::Kernels& kernels() override { return *kernels_; }
   void shutdown(std::chrono::steady_clock::time_point deadline) noexcept override {
     pool_.stop(deadline);

@@ -214,15 +214,22 @@ class CpuKernels final : public ops::Kernels {
     if (src.nbytes() > 0) std::memcpy(host, src.storage->data(), src.nbytes());
   }
 
-  std::shared_ptr<TensorState> transfer(TensorState& src, Device to) override {
-    // Never asked: copies between the CPU and another device are that device's to make.
-    throw InvalidArgument("cpu cannot copy " + src.device.str() + " memory to " + to.str());
+  // The cpu's memory is host memory: both halves of a copy between devices are copies on a
+  // cpu stream, after the producer of what they read.
+  void download_async(StreamState& s, TensorState& src, TensorState& host) override {
+    copy_op(s, "stage", src, host);
+  }
+  void upload_async(StreamState& s, TensorState& host, TensorState& out) override {
+    copy_op(s, "to(cpu)", host, out);
   }
 
-  void copy(StreamState& s, TensorState& src, TensorState& dst) override {
+  void copy(StreamState& s, TensorState& src, TensorState& dst) override { copy_op(s, "copy", src, dst); }
+
+ private:
+  static void copy_op(StreamState& s, const char* name, TensorState& src, TensorState& dst) {
     Ref<Storage> ms = src.storage, md = dst.storage;
     const std::size_t bytes = src.nbytes();
-    s.launch("copy", {&src}, {&dst}, [=] {
+    s.launch(name, {&src}, {&dst}, [=] {
       if (bytes > 0) std::memcpy(md->data(), ms->data(), bytes);
     });
   }

@@ -141,46 +141,42 @@ class CudaKernels final : public ops::Kernels {
     });
   }
 
-  std::shared_ptr<TensorState> transfer(TensorState& src, Device to) override {
+  void download_async(StreamState& s, TensorState& src, TensorState& host) override {
+    // Into host memory that is pinned where it came from this device (allocate_host), so
+    // that the copy is truly asynchronous; the CUDA op is its producer.
+    check_usable();
+    const std::size_t bytes = src.nbytes();
+    Ref<Storage> ms = src.storage, mh = host.storage;
+    cudaStream_t h = native(s).handle();
+    s.launch("to(cpu)", {&src}, {&host}, [=] {
+      check(cudaMemcpyAsync(mh->data(), ms->data(), bytes, cudaMemcpyDeviceToHost, h),
+            "cudaMemcpyAsync", "(" + ms->device().str() + " to host)");
+    });
+  }
+
+  void upload_async(StreamState& s, TensorState& host, TensorState& out) override {
+    // `host` may still be being written by host-side work (a cpu op staging it): the op is
+    // held until that has finished (cuda_stream.hpp), then copied in stream order.
+    check_usable();
+    const std::size_t bytes = out.nbytes();
+    Ref<Storage> mh = host.storage, mo = out.storage;
+    cudaStream_t h = native(s).handle();
+    s.launch("to(" + out.device.str() + ")", {&host}, {&out}, [=] {
+      check(cudaMemcpyAsync(mo->data(), mh->data(), bytes, cudaMemcpyHostToDevice, h),
+            "cudaMemcpyAsync", "(host to " + mo->device().str() + ")");
+    });
+  }
+
+  std::shared_ptr<TensorState> copy_direct(TensorState& src, Device to) override {
+    if (!to.is_cuda()) return nullptr;
+    // GPU to another GPU, peer to peer: the destination's memory is the destination stream's
+    // from an "empty" op; the copy runs on the source's stream, ordered after it.
     check_usable();
     auto& rt = detail::Runtime::get();
     const std::size_t bytes = src.nbytes();
-    if (to.is_cpu()) {
-      // GPU to host: the CPU tensor's memory is pinned, so the copy is truly asynchronous;
-      // the CUDA op is its producer.
-      auto out = std::make_shared<TensorState>(src.shape, src.dtype, to, allocate_pinned(bytes));
-      auto stream = rt.current_stream(src.device);
-      Ref<Storage> ms = src.storage, mo = out->storage;
-      cudaStream_t h = native(*stream).handle();
-      stream->launch("to(cpu)", {&src}, {out.get()}, [=] {
-        check(cudaMemcpyAsync(mo->data(), ms->data(), bytes, cudaMemcpyDeviceToHost, h),
-              "cudaMemcpyAsync", "(" + ms->device().str() + " to host)");
-      });
-      return out;
-    }
     auto dst_stream = rt.current_stream(to);
     auto out = std::make_shared<TensorState>(src.shape, src.dtype, to,
                                              rt.context(to).backend().allocate(bytes, *dst_stream));
-    if (src.device.is_cpu()) {
-      // Host to GPU: the host data is staged into pinned memory when its producer has
-      // finished (now, if it has; else by an op on the CPU's stream), then copied in order.
-      auto staging = std::make_shared<TensorState>(src.shape, src.dtype, Device::cpu(),
-                                                   allocate_pinned(bytes));
-      Ref<Storage> ms = src.storage, mst = staging->storage;
-      auto cpu_stream = rt.current_stream(Device::cpu());
-      cpu_stream->launch("stage", {&src}, {staging.get()}, [=] {
-        if (bytes > 0) std::memcpy(mst->data(), ms->data(), bytes);
-      });
-      Ref<Storage> mo = out->storage;
-      cudaStream_t h = native(*dst_stream).handle();
-      dst_stream->launch("to(" + to.str() + ")", {staging.get()}, {out.get()}, [=] {
-        check(cudaMemcpyAsync(mo->data(), mst->data(), bytes, cudaMemcpyHostToDevice, h),
-              "cudaMemcpyAsync", "(host to " + mo->device().str() + ")");
-      });
-      return out;
-    }
-    // GPU to another GPU: the destination's memory is the destination stream's from an
-    // "empty" op; the copy runs on the source's stream, ordered after it.
     dst_stream->launch("empty", {}, {out.get()}, Callback());
     auto stream = rt.current_stream(src.device);
     Ref<Storage> ms = src.storage, mo = out->storage;
@@ -277,6 +273,8 @@ class CudaBackend final : public detail::DeviceBackend {
     return allocate_device(device_, bytes, native(stream).handle());
   }
 
+  Ref<Storage> allocate_host(std::size_t bytes) override { return allocate_pinned(bytes); }
+
   ops::Kernels& kernels() override { return kernels_; }
 
   void shutdown(std::chrono::steady_clock::time_point deadline) noexcept override {
@@ -346,5 +344,20 @@ std::string why_unavailable(Device) {
   cudaGetDeviceCount(&count);
   return "this machine has " + std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s");
 }
+
+namespace {
+constexpr int kDLCUDA = 2;  // dlpack.h's DLDeviceType
+}  // namespace
+
+constinit const detail::BackendDescriptor kDescriptor{
+    .kind = "cuda",
+    .indexing = detail::DeviceIndexing::indexed,
+    .default_priority = 100,
+    .dlpack_device_type = kDLCUDA,
+    .dlpack_also_reads = {},
+    .discover = &discover,
+    .why_unavailable = &why_unavailable,
+    .has_native_streams = true,
+};
 
 }  // namespace eventide::backends::cuda

@@ -17,4 +17,8 @@ namespace eventide::backends::cuda {
 std::vector<std::unique_ptr<detail::DeviceBackend>> discover();
 std::string why_unavailable(Device device);
 
+// The CUDA backend as the core sees it (core/backend.hpp): kind "cuda", one device per GPU,
+// the default device where there is one.
+extern const detail::BackendDescriptor kDescriptor;
+
 }  // namespace eventide::backends::cuda
