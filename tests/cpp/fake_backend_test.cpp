@@ -1,0 +1,235 @@
+// The core with a fake backend alone (tests/fake): this binary links eventide_core and no
+// other backend, so what passes here is all the core needs of one. The fake device advances
+// its streams only when the test says (run), and its times and errors arrive late, as a GPU's
+// do: these are the core's GPU-shaped paths (device-written timelines, held work, deferred
+// errors, late timings, sticky device errors) on a machine without a GPU.
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fake/fake_backend.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace eventide_test;
+namespace fake = eventide_fake;
+
+const ev::Device kFake0("fake:0");
+const ev::Device kFake1("fake:1");
+
+// Whether `f` is still running after `d`: what a call that must block (on the device) does.
+template <class T>
+bool still_blocked(std::future<T>& f, std::chrono::milliseconds d = 50ms) {
+  return f.wait_for(d) == std::future_status::timeout;
+}
+
+TEST(FakeBackendTest, TheCoreRunsWithTheFakeBackendAlone) {
+  EXPECT_EQ(ev::devices(), (std::vector<ev::Device>{kFake0, kFake1}));
+  EXPECT_EQ(ev::default_device(), kFake0);  // the only kind, so the highest ranked
+  EXPECT_FALSE(ev::is_available(ev::Device::cpu()));
+  EXPECT_EQ(kFake1.str(), "fake:1");
+  EXPECT_EQ(kFake1.kind_name(), "fake");
+  EXPECT_EQ(ev::Device::of("fake", 1), kFake1);
+  EXPECT_FALSE(kFake0.is_cpu());
+  EXPECT_FALSE(kFake0.is_cuda());
+  EXPECT_THROW_MSG(ev::Device("fake:x"), ev::InvalidArgument, "\"fake:N\"");
+  EXPECT_THROW_MSG(ev::zeros({2}, ev::DType::f32, ev::Device::cpu()), ev::InvalidArgument,
+                   "cpu is not available");
+  EXPECT_THROW_MSG(ev::Stream(ev::Device("fake:2")), ev::InvalidArgument, "fake:0 to fake:1");
+  // No backend of this build has a DLPack type: the mapping is the descriptors'.
+  EXPECT_THROW(ev::dlpack_device_type(kFake0), ev::InvalidArgument);
+  EXPECT_EQ(ev::from_dlpack_device(1, 0), std::nullopt);
+  EXPECT_EQ(ev::device_info(kFake0).name, "fake");
+}
+
+TEST(FakeBackendTest, AnEventFinishesOnlyWhenTheDeviceHasRunTheWork) {
+  run_with_deadline([] {
+    ev::Stream s(kFake0);
+    ev::Event e = s.enqueue("op", [] {});
+    EXPECT_FALSE(e.poll());
+    EXPECT_FALSE(e.wait_for(20ms));
+    EXPECT_FALSE(s.query());
+    EXPECT_EQ(fake::run(s), 1u);
+    EXPECT_TRUE(e.poll());
+    EXPECT_TRUE(s.query());
+    EXPECT_EQ(e.error(), nullptr);
+  });
+}
+
+TEST(FakeBackendTest, AWaiterReadsTheDeviceWrittenCounterWithoutBeingWoken) {
+  run_with_deadline([] {
+    ev::Stream s(kFake0);
+    ev::Event e = s.enqueue("op", [] {});
+    auto waiter = std::async(std::launch::async, [&] { return e.wait_for(20s); });
+    EXPECT_TRUE(still_blocked(waiter));
+    // The device writes its progress and nobody fires a listener: the napping waiter sees it.
+    EXPECT_EQ(fake::run(s, SIZE_MAX, fake::Progress::silent), 1u);
+    EXPECT_TRUE(waiter.get());
+    fake::notify(s);
+  });
+}
+
+TEST(FakeBackendTest, TimeElapsedWaitsForTimesThatArriveLate) {
+  run_with_deadline([] {
+    fake::set_clock(kFake0, 5'000'000, 7'000);  // each op takes 7 µs
+    ev::Stream s(kFake0);
+    ev::Event e = s.enqueue("op", [] {});
+    fake::run(s);
+    ASSERT_TRUE(e.poll());  // finished, but its time is not known yet
+    auto elapsed = std::async(std::launch::async, [&] { return e.time_elapsed().count(); });
+    EXPECT_TRUE(still_blocked(elapsed));
+    fake::deliver_timings(kFake0);
+    EXPECT_DOUBLE_EQ(elapsed.get(), 7.0);
+    EXPECT_DOUBLE_EQ(e.time_elapsed().count(), 7.0);
+  });
+}
+
+TEST(FakeBackendTest, MarkersFollowEarlierWorkAndTimeThePointsBetweenThem) {
+  run_with_deadline([] {
+    fake::set_clock(kFake0, 0, 2'000);
+    ev::Stream s(kFake0);
+    ev::Event start, end;
+    start.record(s);
+    ev::Event op = s.enqueue("op", [] {});
+    s.enqueue("op", [] {});
+    end.record(s);
+    EXPECT_FALSE(start.poll());
+    EXPECT_EQ(fake::run(s, 2), 2u);  // the first marker and one op
+    EXPECT_TRUE(start.poll());
+    EXPECT_TRUE(op.poll());
+    EXPECT_FALSE(end.poll());  // the marker after the second op has not been reached
+    EXPECT_EQ(fake::run(s), 2u);
+    EXPECT_TRUE(end.poll());
+    fake::deliver_timings(kFake0);
+    EXPECT_DOUBLE_EQ(start.elapsed_time(end).count(), 0.004);  // two 2 µs ops, in ms
+  });
+}
+
+TEST(FakeBackendTest, AStreamWaitsForAnotherOnTheDevice) {
+  run_with_deadline([] {
+    ev::Stream a(kFake0), b(kFake0);
+    ev::Event first = a.enqueue("first", [] {});
+    b.wait(first);
+    ev::Event second = b.enqueue("second", [] {});
+    EXPECT_EQ(fake::held(b), 0u);     // another device stream: launched, the device waits
+    EXPECT_EQ(fake::run(b), 0u);      // ... for a's work, not run yet
+    EXPECT_FALSE(second.poll());
+    EXPECT_EQ(fake::run(a), 1u);
+    EXPECT_EQ(fake::run(b), 2u);      // the wait, then the op
+    EXPECT_TRUE(second.poll());
+    EXPECT_EQ(second.error(), nullptr);
+  });
+}
+
+TEST(FakeBackendTest, AFailureIsDecidedLateAndPropagatesAcrossStreams) {
+  run_with_deadline([] {
+    ev::Stream a(kFake0), b(kFake1);
+    ev::Event first = a.enqueue("first", [] { throw std::runtime_error("boom"); });
+    b.wait(first);
+    ev::Event second = b.enqueue("second", [] {});
+    fake::run(a);
+    fake::run(b);
+    ASSERT_TRUE(second.poll());
+    ASSERT_NE(second.error(), nullptr);
+    EXPECT_THROW_MSG(second.wait(), ev::OpError, "boom");
+    EXPECT_THROW_MSG(first.wait(), ev::OpError, "boom");
+  });
+}
+
+TEST(FakeBackendTest, WorkWaitingForTheHostIsHeldUntilItHasFinished) {
+  run_with_deadline([] {
+    ev::Stream s(kFake0);
+    ev::UserEvent gate;
+    s.wait(gate);
+    ev::Event after = s.enqueue("after", [] {});
+    EXPECT_EQ(fake::held(s), 2u);  // the wait and everything after it
+    EXPECT_EQ(fake::run(s), 0u);
+    EXPECT_FALSE(after.wait_for(20ms));
+    gate.set();
+    EXPECT_EQ(fake::run(s), 2u);
+    EXPECT_EQ(fake::held(s), 0u);
+    EXPECT_TRUE(after.poll());
+  });
+}
+
+TEST(FakeBackendTest, CallbacksRunOnceTheDeviceReachesTheWork) {
+  run_with_deadline([] {
+    ev::Stream s(kFake0);
+    ev::Event e = s.enqueue("op", [] {});
+    auto count = std::make_shared<std::atomic<int>>(0);
+    e.add_callback([count] { count->fetch_add(1); });
+    std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(count->load(), 0);
+    fake::run(s);
+    EXPECT_TRUE(wait_for_count(*count, 1));
+  });
+}
+
+TEST(FakeBackendTest, WaitAnyAndWaitAllHonourTheirTimeouts) {
+  run_with_deadline([] {
+    ev::Stream a(kFake0), b(kFake1);
+    ev::Event ea = a.enqueue("a", [] {});
+    ev::Event eb = b.enqueue("b", [] {});
+    EXPECT_EQ(ev::wait_any({ea, eb}, 20ms), std::nullopt);
+    EXPECT_FALSE(ev::wait_all_for({ea, eb}, 20ms));
+    auto any = std::async(std::launch::async, [&] { return ev::wait_any({ea, eb}, 20s); });
+    EXPECT_TRUE(still_blocked(any));
+    fake::run(b);  // wait_any sleeps until woken: the watcher's turn wakes it
+    EXPECT_EQ(any.get(), std::optional<std::size_t>(1));
+    EXPECT_FALSE(ev::wait_all_for({ea, eb}, 20ms));
+    fake::run(a);
+    EXPECT_TRUE(ev::wait_all_for({ea, eb}, 20s));
+  });
+}
+
+TEST(FakeBackendTest, CopiesBetweenDevicesGoThroughHostMemoryInOrder) {
+  run_with_deadline([] {
+    ev::Stream s0 = ev::Stream::current(kFake0), s1 = ev::Stream::current(kFake1);
+    ev::Tensor src = ev::from_host(std::vector<float>{1, 2, 3}, {3}, kFake0);
+    ev::Tensor dst = src.to(kFake1);  // fake:0 downloads, fake:1 uploads
+    EXPECT_EQ(dst.device(), kFake1);
+    EXPECT_EQ(fake::run(s1), 0u);  // the upload waits for the download, on the device
+    EXPECT_FALSE(dst.ready());
+    fake::run(s0);
+    fake::run(s1);
+    EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+    // A failed producer fails the copy, naming the cause.
+    s0.enqueue("spoil", [] { throw std::runtime_error("spoiled"); }, {}, {src});
+    ev::Tensor spoiled = src.to(kFake1);
+    fake::run(s0);
+    fake::run(s1);
+    EXPECT_THROW_MSG(spoiled.wait(), ev::OpError, "spoiled");
+    // The host is no device of this build.
+    EXPECT_THROW_MSG(src.to(ev::Device::cpu()), ev::InvalidArgument, "cpu is not available");
+  });
+}
+
+// Last: the failure of fake:1 is sticky for the rest of the process.
+TEST(FakeBackendTest, AStickyDeviceErrorFailsEverythingAndSynchronizeRaisesIt) {
+  run_with_deadline([] {
+    ev::Stream s(kFake1);
+    ev::UserEvent gate;
+    ev::Event ran = s.enqueue("ran", [] {});
+    ev::Event queued = s.enqueue("queued", [] {});
+    s.wait(gate);
+    ev::Event held = s.enqueue("held", [] {});
+    fake::run(s, 1);
+    auto sync = std::async(std::launch::async, [] { ev::synchronize(kFake1); });
+    EXPECT_TRUE(still_blocked(sync));
+    fake::fail_device(kFake1, "a kernel trapped");
+    EXPECT_THROW_MSG(sync.get(), ev::DeviceError, "a kernel trapped");
+    EXPECT_EQ(ran.error(), nullptr);
+    EXPECT_THROW_MSG(queued.wait(), ev::DeviceError, "a kernel trapped");
+    EXPECT_THROW_MSG(held.wait(), ev::DeviceError, "a kernel trapped");
+    // Sticky: later work fails, and synchronize keeps raising, never hangs.
+    EXPECT_THROW_MSG(ev::zeros({4}, ev::DType::f32, kFake1), ev::DeviceError, "a kernel trapped");
+    ev::Event later = s.enqueue("later", [] {});
+    EXPECT_THROW_MSG(later.wait(), ev::DeviceError, "a kernel trapped");
+    EXPECT_THROW_MSG(ev::synchronize(kFake1), ev::DeviceError, "a kernel trapped");
+    gate.set();
+  });
+}
+
+}  // namespace

@@ -1,0 +1,482 @@
+// The fake backend (fake_backend.hpp): its streams, its device, its kernels, and the registry
+// of the test binary, which lists it alone.
+#include "fake_backend.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "core/runtime_lock.hpp"
+#include "core/stream_state.hpp"
+#include "core/tensor_state.hpp"
+#include "core/timeline.hpp"
+#include "core/work.hpp"
+#include "ops/kernels.hpp"
+
+namespace eventide_fake {
+
+namespace ev = eventide;
+namespace detail = eventide::detail;
+using detail::Ref;
+using detail::StreamState;
+using detail::TensorState;
+using detail::Work;
+
+namespace {
+
+constexpr int kDevices = 2;
+// What await_timing waits for delivered times at most: a test that forgets to deliver them
+// fails on its wrong time instead of hanging.
+constexpr std::chrono::seconds kTimingPatience{30};
+
+class FakeDevice;
+
+// Plain host memory standing for a fake device's (or, as staging, the host's).
+class HostStorage final : public detail::Storage {
+ public:
+  static Ref<detail::Storage> make(std::size_t bytes, ev::Device device) {
+    void* p = std::malloc(bytes > 0 ? bytes : 1);
+    if (!p) throw ev::DeviceError("fake: out of memory", "malloc", 12);
+    return Ref<detail::Storage>(new HostStorage(p, bytes, device));
+  }
+  ~HostStorage() override { std::free(data()); }
+
+ private:
+  HostStorage(void* data, std::size_t bytes, ev::Device device) : Storage(data, bytes, device) {}
+};
+
+// The counter the "device" writes, placed before the Timeline base that points at it.
+struct CounterWord {
+  std::atomic<std::uint64_t> word{0};
+};
+
+class FakeTimeline final : private CounterWord, public detail::Timeline {
+ public:
+  FakeTimeline(std::string name, FakeDevice& device)
+      : Timeline(std::move(name), &word), device_(device) {}
+  // The device writes its progress (no listener fires: that is the watcher's notify()).
+  void write(std::uint64_t seq) noexcept { word.store(seq, std::memory_order_release); }
+  void await_timing(Work& work) override;
+
+ private:
+  FakeDevice& device_;
+};
+
+class FakeStream;
+
+class FakeDevice {
+ public:
+  explicit FakeDevice(ev::Device device) : device_(device) {}
+
+  ev::Device device() const noexcept { return device_; }
+
+  std::exception_ptr broken() const {
+    std::lock_guard lock(mu_);
+    return broken_;
+  }
+
+  void add_stream(const std::shared_ptr<FakeStream>& stream) {
+    std::lock_guard lock(mu_);
+    std::erase_if(streams_, [](const std::weak_ptr<FakeStream>& w) { return w.expired(); });
+    streams_.push_back(stream);
+  }
+  std::vector<std::shared_ptr<FakeStream>> streams() {
+    std::vector<std::shared_ptr<FakeStream>> out;
+    std::lock_guard lock(mu_);
+    for (auto& w : streams_) {
+      if (auto s = w.lock()) out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  // The device time of a work it runs now: (start, end).
+  std::pair<std::int64_t, std::int64_t> take_time(bool span) {
+    std::lock_guard lock(mu_);
+    const std::int64_t start = now_;
+    if (span) now_ += step_;
+    return {start, now_};
+  }
+  void set_clock(std::int64_t now, std::int64_t step) {
+    std::lock_guard lock(mu_);
+    now_ = now;
+    step_ = step;
+  }
+
+  // A time that arrives later (deliver()).
+  void add_timing(Ref<Work> work, std::int64_t start, std::int64_t end) {
+    std::lock_guard lock(mu_);
+    late_.push_back({std::move(work), start, end});
+  }
+  void deliver() {
+    std::vector<Late> due;
+    {
+      std::lock_guard lock(mu_);
+      due.swap(late_);
+    }
+    for (Late& l : due) {
+      l.work->merge_times(l.start, l.end);
+      l.work->finish_timing();
+    }
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  }
+  void timing_changed() {
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  }
+  void await_timing(Work& work) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, kTimingPatience, [&] { return work.timing_known(); });
+  }
+
+  // Sticky: later work fails at once.
+  void mark_broken(std::exception_ptr error) {
+    std::lock_guard lock(mu_);
+    if (!broken_) broken_ = std::move(error);
+  }
+
+ private:
+  struct Late {
+    Ref<Work> work;
+    std::int64_t start, end;
+  };
+  const ev::Device device_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::exception_ptr broken_;
+  std::vector<std::weak_ptr<FakeStream>> streams_;
+  std::vector<Late> late_;
+  std::int64_t now_ = 1'000'000;
+  std::int64_t step_ = 1000;
+};
+
+void FakeTimeline::await_timing(Work& work) { device_.await_timing(work); }
+
+class FakeStream final : public StreamState {
+ public:
+  FakeStream(ev::Device device, std::uint64_t id, FakeDevice& owner)
+      : StreamState(device, id, detail::make_ref<FakeTimeline>(detail::stream_name(device, id), owner)),
+        owner_(owner) {}
+
+  std::exception_ptr device_error() const override { return owner_.broken(); }
+  FakeTimeline& fake_timeline() const noexcept { return static_cast<FakeTimeline&>(timeline()); }
+
+  std::size_t run(std::size_t max, Progress progress) {
+    std::lock_guard serial(run_mu_);
+    std::size_t ran = 0;
+    while (ran < max) {
+      Ref<Work> next;
+      {
+        std::lock_guard lock(mu_);
+        release_held_locked();
+        if (launched_.empty() || waits_on_device(*launched_.front())) break;
+        next = std::move(launched_.front());
+        launched_.pop_front();
+      }
+      execute(*next);
+      ++ran;
+    }
+    if (progress == Progress::notify) timeline().notify();
+    return ran;
+  }
+
+  std::size_t held() {
+    std::lock_guard lock(mu_);
+    return held_.size();
+  }
+
+  // Everything not run yet fails with `error`, its fence passing (the device is lost).
+  void abandon(const std::exception_ptr& error) {
+    std::lock_guard serial(run_mu_);
+    std::deque<Ref<Work>> lost;
+    {
+      std::lock_guard lock(mu_);
+      lost.swap(launched_);
+      for (auto& w : held_) lost.push_back(std::move(w));
+      held_.clear();
+    }
+    for (auto& w : lost) {
+      w->set_error(error);
+      w->finish_timing();
+      fake_timeline().write(w->seq());
+      w->release_execution_state();
+    }
+    owner_.timing_changed();
+    timeline().notify();
+  }
+
+ protected:
+  void submit(Ref<Work> work) noexcept override {
+    std::lock_guard lock(mu_);
+    if (auto e = owner_.broken(); e && held_.empty() && launched_.empty()) {
+      // The device has failed: the work fails at once, in order.
+      work->set_error(e);
+      work->finish_timing();
+      fake_timeline().write(work->seq());
+      work->release_execution_state();
+      return;  // its listeners fire at the next run() or notify(), as the watcher's would
+    }
+    if (!held_.empty() || host_side(*work)) {
+      work->set_launched(false);
+      held_.push_back(std::move(work));
+      return;
+    }
+    launch_locked(std::move(work));
+  }
+
+ private:
+  // Whether `work` depends on host-side work not finished (or held GPU-like work), which the
+  // device cannot wait for: it is held on the host.
+  bool host_side(const Work& work) const noexcept {
+    return std::any_of(work.deps().begin(), work.deps().end(), [&](const detail::Dep& dep) {
+      const Work& w = *dep.work;
+      if (w.done() || &w.timeline() == &timeline()) return false;
+      return !w.timeline().device_written() || !w.launched();
+    });
+  }
+  // Whether the device must wait for another stream's work before running `work`.
+  static bool waits_on_device(const Work& work) noexcept {
+    return std::any_of(work.deps().begin(), work.deps().end(),
+                       [](const detail::Dep& dep) { return !dep.work->done(); });
+  }
+  void launch_locked(Ref<Work> work) {
+    // Launched while what it depends on still runs: whether that failed is known only later.
+    const bool pending = std::any_of(work->deps().begin(), work->deps().end(), [](const detail::Dep& d) {
+      return !d.work->done() && d.kind != detail::DepKind::order;
+    });
+    if (pending) work->decide_error_later();
+    launched_.push_back(std::move(work));
+  }
+  void release_held_locked() {
+    while (!held_.empty() && !host_side(*held_.front())) {
+      Ref<Work> w = std::move(held_.front());
+      held_.pop_front();
+      w->set_launched(true);
+      launch_locked(std::move(w));
+    }
+  }
+  // Runs one work whose dependencies have all passed, as the device would.
+  void execute(Work& work) {
+    std::exception_ptr error = work.error();  // decides a deferred one: the deps are done
+    if (!error) error = detail::first_dependency_error(work);
+    if (!error && work.body()) {
+      detail::set_running_work(&work);
+      try {
+        work.body()();
+      } catch (...) {
+        error = detail::body_error(work, std::current_exception());
+      }
+      detail::set_running_work(nullptr);
+    }
+    if (error) work.set_error(error);
+    if (work.timed()) {
+      auto [start, end] = owner_.take_time(work.kind() == detail::WorkKind::op);
+      owner_.add_timing(Ref<Work>(&work), start, end);  // late: deliver_timings()
+    } else {
+      work.finish_timing();  // nothing to time
+    }
+    fake_timeline().write(work.seq());
+    work.release_execution_state();
+  }
+
+  FakeDevice& owner_;
+  std::mutex run_mu_;
+  detail::RuntimeMutex mu_;
+  std::deque<Ref<Work>> held_;
+  std::deque<Ref<Work>> launched_;
+};
+
+[[noreturn]] void unsupported(const char* op) {
+  throw ev::InvalidArgument(std::string(op) + " is not supported on the fake device");
+}
+
+class FakeKernels final : public eventide::ops::Kernels {
+ public:
+  explicit FakeKernels(FakeDevice& device) : device_(device) {}
+
+  void fill(StreamState& s, TensorState& out, double value) override {
+    check();
+    if (out.dtype != ev::DType::f32) unsupported("fill of a non-f32 tensor");
+    Ref<detail::Storage> mem = out.storage;
+    const std::int64_t n = out.numel;
+    s.launch("fill", {}, {&out}, [=] {
+      auto* p = static_cast<float*>(mem->data());
+      for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(value);
+    });
+  }
+  void random(StreamState&, TensorState&, eventide::ops::RandomKind, const eventide::ops::ReserveRandom&) override {
+    unsupported("rand");
+  }
+  void binary(StreamState& s, eventide::ops::BinaryOp op, TensorState& a, TensorState& b,
+              TensorState& out) override {
+    check();
+    if (out.dtype != ev::DType::f32) unsupported("arithmetic on a non-f32 tensor");
+    Ref<detail::Storage> ma = a.storage, mb = b.storage, mo = out.storage;
+    const std::int64_t n = out.numel;
+    const bool add = op == eventide::ops::BinaryOp::add;
+    s.launch(eventide::ops::name(op), {&a, &b}, {&out}, [=] {
+      auto* pa = static_cast<const float*>(ma->data());
+      auto* pb = static_cast<const float*>(mb->data());
+      auto* po = static_cast<float*>(mo->data());
+      for (std::int64_t i = 0; i < n; ++i) po[i] = add ? pa[i] + pb[i] : pa[i] * pb[i];
+    });
+  }
+  void matmul(StreamState&, TensorState&, TensorState&, TensorState&) override { unsupported("matmul"); }
+  void upload(StreamState& s, TensorState& out, const void* host) override {
+    check();
+    if (out.nbytes() > 0) std::memcpy(out.storage->data(), host, out.nbytes());
+    s.launch("from_host", {}, {&out}, detail::Callback());
+  }
+  void download(const TensorState& src, void* host) override {
+    check();
+    if (src.nbytes() > 0) std::memcpy(host, src.storage->data(), src.nbytes());
+  }
+  void copy(StreamState& s, TensorState& src, TensorState& dst) override { copy_op(s, "copy", src, dst); }
+  void download_async(StreamState& s, TensorState& src, TensorState& host) override {
+    copy_op(s, "to(host)", src, host);
+  }
+  void upload_async(StreamState& s, TensorState& host, TensorState& out) override {
+    copy_op(s, "from(host)", host, out);
+  }
+
+ private:
+  void check() const {
+    if (auto e = device_.broken()) std::rethrow_exception(e);
+  }
+  void copy_op(StreamState& s, const char* name, TensorState& src, TensorState& dst) {
+    check();
+    Ref<detail::Storage> ms = src.storage, md = dst.storage;
+    const std::size_t bytes = src.nbytes();
+    s.launch(name, {&src}, {&dst}, [=] {
+      if (bytes > 0) std::memcpy(md->data(), ms->data(), bytes);
+    });
+  }
+
+  FakeDevice& device_;
+};
+
+std::array<std::atomic<FakeDevice*>, kDevices> g_devices{};
+
+class FakeBackend final : public detail::DeviceBackend {
+ public:
+  explicit FakeBackend(int index) : device_(ev::Device::of("fake", index)), state_(device_), kernels_(state_) {
+    g_devices[static_cast<std::size_t>(index)].store(&state_);
+  }
+  ~FakeBackend() override {
+    g_devices[static_cast<std::size_t>(device_.index())].store(nullptr);
+  }
+
+  ev::Device device() const override { return device_; }
+  ev::DeviceInfo info() const override {
+    return {device_, "fake", "a device the test drives by hand (tests/fake)"};
+  }
+  std::shared_ptr<StreamState> create_stream(std::uint64_t id) override {
+    auto s = std::make_shared<FakeStream>(device_, id, state_);
+    state_.add_stream(s);
+    return s;
+  }
+  std::shared_ptr<StreamState> wrap_stream(void*, const std::function<std::uint64_t()>&) override {
+    throw ev::InvalidArgument("Stream::from_native: the fake device has no native streams");
+  }
+  Ref<detail::Storage> allocate(std::size_t bytes, StreamState&) override {
+    if (auto e = state_.broken()) std::rethrow_exception(e);
+    return HostStorage::make(bytes, device_);
+  }
+  Ref<detail::Storage> allocate_host(std::size_t bytes) override {
+    return HostStorage::make(bytes, ev::Device::cpu());
+  }
+  eventide::ops::Kernels& kernels() override { return kernels_; }
+  void shutdown(std::chrono::steady_clock::time_point) noexcept override {
+    std::exception_ptr e;
+    try {
+      e = std::make_exception_ptr(ev::StateError("the eventide runtime shut down"));
+    } catch (...) {
+      e = detail::out_of_memory_error();
+    }
+    try {
+      for (auto& s : state_.streams()) s->abandon(e);
+    } catch (...) {
+    }
+  }
+
+ private:
+  const ev::Device device_;
+  FakeDevice state_;
+  FakeKernels kernels_;
+};
+
+std::vector<std::unique_ptr<detail::DeviceBackend>> discover() {
+  std::vector<std::unique_ptr<detail::DeviceBackend>> out;
+  for (int i = 0; i < kDevices; ++i) out.push_back(std::make_unique<FakeBackend>(i));
+  return out;
+}
+
+std::string why_unavailable(ev::Device device) {
+  return "the fake kind has devices fake:0 to fake:" + std::to_string(kDevices - 1) + ", not " + device.str();
+}
+
+FakeStream& fake(const ev::Stream& stream) {
+  if (stream.device().kind_name() != "fake") throw ev::InvalidArgument(stream.device().str() + " is not fake");
+  return static_cast<FakeStream&>(*stream.state());
+}
+
+FakeDevice& fake(ev::Device device) {
+  FakeDevice* d = device.kind_name() == "fake" && device.index() < kDevices
+                      ? g_devices[static_cast<std::size_t>(device.index())].load()
+                      : nullptr;
+  if (!d) throw ev::InvalidArgument(device.str() + " is not a fake device of this runtime");
+  return *d;
+}
+
+}  // namespace
+
+std::size_t run(const ev::Stream& stream, std::size_t max, Progress progress) {
+  return fake(stream).run(max, progress);
+}
+void notify(const ev::Stream& stream) { fake(stream).timeline().notify(); }
+std::size_t held(const ev::Stream& stream) { return fake(stream).held(); }
+void deliver_timings(ev::Device device) { fake(device).deliver(); }
+void set_clock(ev::Device device, std::int64_t now_ns, std::int64_t step_ns) {
+  fake(device).set_clock(now_ns, step_ns);
+}
+void fail_device(ev::Device device, const std::string& message) {
+  FakeDevice& d = fake(device);
+  d.mark_broken(std::make_exception_ptr(ev::DeviceError(message, "fake_device_trap", 719)));
+  const std::exception_ptr error = d.broken();
+  for (auto& s : d.streams()) s->abandon(error);
+}
+
+}  // namespace eventide_fake
+
+// The fake kind: no DLPack device type, no native streams; ranked above nothing else here.
+namespace eventide::backends::fake {
+constinit const detail::BackendDescriptor kDescriptor{
+    .kind = "fake",
+    .indexing = detail::DeviceIndexing::indexed,
+    .default_priority = 50,
+    .dlpack_device_type = 0,
+    .dlpack_also_reads = {},
+    .discover = &eventide_fake::discover,
+    .why_unavailable = &eventide_fake::why_unavailable,
+    .has_native_streams = false,
+};
+}  // namespace eventide::backends::fake
+
+// The registry of the test binary: the fake backend alone.
+namespace eventide::detail {
+std::span<const BackendDescriptor* const> compiled_backends() noexcept {
+  static constexpr const BackendDescriptor* kBackends[] = {&backends::fake::kDescriptor};
+  return kBackends;
+}
+}  // namespace eventide::detail

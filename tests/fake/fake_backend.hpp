@@ -1,0 +1,57 @@
+// A fake device kind, "fake", for testing the core with no other backend: the test binary
+// links eventide_core and this folder alone (no cpu, no CUDA), so whatever works here is all
+// the core needs of a backend.
+//
+// It behaves like a GPU whose every step the test takes by hand:
+//
+//   - Each stream's timeline is device-written (Timeline::device_written()): a counter that
+//     only run() advances, as a GPU writes its progress into host memory. Waiters nap and read
+//     it themselves; listeners (callbacks, sleeping waiters) fire only at the watcher's turn
+//     (Progress::notify, the default, or notify()).
+//   - Work that depends on host-side work not finished yet (a UserEvent) is held on the host
+//     (Work::launched() false), with every later work of its stream, until run() finds that
+//     work finished, as the CUDA backend holds it. Work that depends on another fake stream's
+//     unfinished work is launched at once, its error decided later (Work::decide_error_later):
+//     the device waits for the other stream.
+//   - Times arrive late: run() leaves a finished op's or marker's time unknown until
+//     deliver_timings(); Timeline::await_timing (what time_elapsed waits on) blocks until then.
+//   - A device failure is sticky and found late: fail_device() fails everything in flight and
+//     held (their fences pass, failed), later work fails at once, and device_error() (what
+//     synchronize raises) reports it.
+//
+// Devices: fake:0 and fake:1. Their clock is a counter the test sets (set_clock); each work
+// run() executes takes `step` nanoseconds of it.
+//
+// Thread-safety: all functions, from any thread; run() and fail_device() of one stream are
+// serialized.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <eventide/eventide.hpp>
+
+namespace eventide_fake {
+
+enum class Progress { notify, silent };
+
+// Executes the launched work of `stream` in order, at most `max` works, stopping at one that
+// waits for another stream's work not yet run (as a GPU stream waits). Releases held work
+// whose host-side dependencies have finished first. With Progress::notify the watcher's turn
+// follows (listeners of the passed fences fire). Returns how many works ran.
+std::size_t run(const eventide::Stream& stream, std::size_t max = SIZE_MAX,
+                Progress progress = Progress::notify);
+// The watcher's turn alone: fires the listeners of the fences `stream` has passed.
+void notify(const eventide::Stream& stream);
+// How many works of `stream` are held on the host.
+std::size_t held(const eventide::Stream& stream);
+// The late times of every work the device has run so far arrive.
+void deliver_timings(eventide::Device device);
+// The device clock (ns) and how far each work run advances it.
+void set_clock(eventide::Device device, std::int64_t now_ns, std::int64_t step_ns = 1000);
+// A sticky device error: every work in flight or held fails with a DeviceError carrying
+// `message`, and so does every later one.
+void fail_device(eventide::Device device, const std::string& message);
+
+}  // namespace eventide_fake
