@@ -432,6 +432,7 @@ FakeStream& fake(const ev::Stream& stream) {
 }
 
 FakeDevice& fake(ev::Device device) {
+  (void)ev::devices();  // starts the runtime, which makes the devices
   FakeDevice* d = device.kind_name() == "fake" && device.index() < kDevices
                       ? g_devices[static_cast<std::size_t>(device.index())].load()
                       : nullptr;
