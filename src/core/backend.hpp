@@ -112,6 +112,10 @@ std::span<const BackendDescriptor* const> compiled_backends() noexcept;
 // The descriptor of `kind`'s backend, or null where this build has none.
 const BackendDescriptor* find_backend(DeviceKind kind) noexcept;
 
+// The kinds whose devices may have native streams, for messages: "CUDA" (the API's named
+// kinds without a backend in this build count, as they might).
+std::string native_stream_kinds();
+
 // Why `device` is not available, for messages: its backend's words, or that this build has
 // no backend of its kind.
 std::string why_unavailable(Device device);

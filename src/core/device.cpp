@@ -183,6 +183,17 @@ const BackendDescriptor* find_backend(DeviceKind kind) noexcept {
   return k ? k->backend : nullptr;
 }
 
+std::string native_stream_kinds() {
+  std::string out;
+  for (const KindEntry& k : kinds()) {
+    if (k.indexing == DeviceIndexing::single || (k.backend && !k.backend->has_native_streams)) continue;
+    std::string upper(k.name);
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    out += (out.empty() ? "" : " or ") + upper;
+  }
+  return out;
+}
+
 std::string why_unavailable(Device device) {
   if (const BackendDescriptor* b = find_backend(device.kind())) return b->why_unavailable(device);
   std::string upper(device.kind_name());

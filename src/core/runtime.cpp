@@ -230,7 +230,7 @@ Device Runtime::native_stream_device(void* native) {
                                        return kind && kind->has_native_streams && !c->lost_in_fork();
                                      })
                              ? ""
-                             : " (no device that has native streams is available)"));
+                             : " (no " + native_stream_kinds() + " device is available)"));
 }
 
 std::shared_ptr<StreamState> Runtime::current_stream(Device device) {
