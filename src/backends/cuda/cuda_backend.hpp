@@ -1,6 +1,6 @@
 // The CUDA device: one DeviceBackend per GPU. Streams are cudaStreams with GPU-written
 // timelines (cuda_stream.hpp); memory comes from the stream-ordered pool (cuda_memory.hpp);
-// matmul is cuBLASLt (cuda_matmul.hpp), the other ops are eventide's kernels
+// the ops (cuda_ops.hpp) are cuBLASLt's matmul (cuda_matmul.hpp) and eventide's kernels
 // (cuda_kernels.cu); op times come from CUPTI (cuda_timing.hpp).
 #pragma once
 

@@ -211,6 +211,11 @@ class CudaStream : public detail::StreamState {
   bool watched_ = false;  // the watcher has this stream on its list
 };
 
+// The CUDA stream behind a stream of a CUDA device.
+inline CudaStream& as_cuda_stream(detail::StreamState& stream) noexcept {
+  return static_cast<CudaStream&>(stream);
+}
+
 // A stream eventide made (Stream(device)): a non-blocking native stream, made with it and
 // destroyed with it (once the watcher has let go of it, so with nothing of eventide's left in
 // flight; work other code queued on the native handle completes first).
