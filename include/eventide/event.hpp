@@ -189,7 +189,43 @@ class UserEvent : public Event {
   // plain Event copies do not count). When the last one goes, an unset event fails.
   long handle_count() const noexcept { return setter_.use_count(); }
 
+  // For the bindings' garbage collectors: what dropping the last handle does, now. Fails the
+  // event with a StateError ("destroyed without being set") if it is unset, so that waiters
+  // wake, callbacks run once with the failure and gated streams fail; does nothing if it was
+  // set or failed already. Afterwards set() and fail() are StateErrors until reset(). Never
+  // throws, never blocks (its callbacks go to the callback thread).
+  void abandon() noexcept;
+
+  // For the bindings' garbage collectors (a callback that holds its own UserEvent is a cycle
+  // only the collector can see): calls `visit(detail::Callback&)` on each callback waiting for
+  // this event while only a UserEvent handle can still finish it, i.e. while the current round
+  // is unset (set(), fail() or abandon() would finish it). Stops at the first non-zero result
+  // and returns it; 0 when there is nothing to visit. Reports nothing once the round is set,
+  // failed or abandoned (its callbacks are then the callback thread's, about to run) and for
+  // callbacks already handed over. Every handle can finish the event: a binding that reports
+  // per handle checks handle_count() == 1 first, so that each callable is reported once.
+  // Runs under the event's lock: `visit` must not call eventide, nor release, move or add
+  // anything; it may only look (Callback::target).
+  //
+  //   int r = u.visit_pending_callbacks([&](ev::detail::Callback& c) {
+  //     if (auto* f = c.target<MyCallable>()) return report(f->object);
+  //     return 0;
+  //   });
+  template <class F>
+  int visit_pending_callbacks(F&& visit) {
+    auto* fn = std::addressof(visit);
+    using Fn = std::remove_reference_t<decltype(*fn)>;
+    return visit_pending_callbacks_impl(
+        [](void* context, detail::Callback& callback) -> int {
+          return static_cast<int>((*static_cast<Fn*>(context))(callback));
+        },
+        const_cast<void*>(static_cast<const void*>(fn)));
+  }
+
  private:
+  int visit_pending_callbacks_impl(int (*visit)(void* context, detail::Callback& callback),
+                                   void* context);
+
   std::shared_ptr<detail::UserEventSetter> setter_;
 };
 

@@ -156,4 +156,49 @@ class Profiler {
   std::shared_ptr<detail::ProfilerState> state_;
 };
 
+// Joins the host waits the calling thread does while it lives into one wait in the profile,
+// from the first that blocked to the scope's end: for code that waits in several timed steps,
+// such as a language binding that checks for signals between them. Without it, each step that
+// blocked would be a wait of its own, and a last step that found the work done (it blocks
+// nothing, so it records nothing) would leave the wait looking timed out.
+//
+//   {
+//     ev::HostWaitScope scope;              // no profiler running: does nothing
+//     bool done = false;
+//     while (!done) {
+//       done = event.wait_for(20ms);        // each step a slice of one wait...
+//       if (!done) check_for_signals();     // ...which may throw: the wait did not finish
+//     }
+//     scope.finish(true);                   // ...that finished
+//   }
+//
+// The joined wait is an event's (ProfiledHostWait::event) if every step waited on that one
+// event, else no event's; its ops are every op the steps waited for. Scopes do not nest: one
+// opened while the thread has another open joins the outer one (and records nothing itself).
+// A scope opened while no profiler runs records nothing, even if one starts meanwhile.
+//
+// Cost: one relaxed atomic load when no profiler runs. Thread-safety: a scope belongs to the
+// thread that made it, and must be destroyed on that thread. Never throws (out of memory, the
+// wait is left out of the profile, as any entry the profiler cannot keep).
+class HostWaitScope {
+ public:
+  HostWaitScope() noexcept;
+  ~HostWaitScope();
+  HostWaitScope(const HostWaitScope&) = delete;
+  HostWaitScope& operator=(const HostWaitScope&) = delete;
+
+  // How the whole wait ended: `finished` true if what it waited for finished, false if it
+  // timed out or was given up (the default, as when an exception leaves the scope).
+  void finish(bool finished) noexcept { finished_ = finished; }
+
+ private:
+  friend class detail::ProfilerState;
+  bool open_ = false;     // the calling thread's scope (not nested, a profiler running)
+  bool blocked_ = false;  // a step blocked: there is a wait to record
+  bool finished_ = false;
+  std::uint64_t event_ = 0;
+  std::int64_t start_ns_ = 0;
+  std::vector<std::uint64_t> ops_;
+};
+
 }  // namespace eventide

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "core/event_state.hpp"
-#include "core/profiler_state.hpp"
+#include "core/observer.hpp"
 #include "core/work.hpp"
 #include "eventide/errors.hpp"
 #include "eventide/runtime.hpp"
@@ -130,7 +130,7 @@ void CallbackList::clear() noexcept {
 bool Dispatcher::on_dispatcher_thread() noexcept { return tls_on_dispatcher; }
 
 Dispatcher::Dispatcher(std::string name)
-    : name_(std::move(name)), profile_thread_("callbacks " + name_) {}
+    : name_(std::move(name)), observed_name_("callbacks " + name_) {}
 
 Dispatcher::~Dispatcher() { stop(); }
 
@@ -244,8 +244,8 @@ void Dispatcher::run() {
     }
     // Nothing here allocates (a thread's body: what escaped it would end the process).
     while (std::unique_ptr<CallbackTask> task = batch.pop_front()) {
-      const bool profiled = profiling();
-      const std::int64_t start = profiled ? host_now_ns() : 0;
+      Observer* const observing = observer();
+      const std::int64_t start = observing ? host_now_ns() : 0;
       try {
         task->fn();
       } catch (abi::__forced_unwind&) {
@@ -255,9 +255,8 @@ void Dispatcher::run() {
       } catch (...) {
         report_callback_error(std::current_exception(), task->source.get());
       }
-      if (profiled) [[unlikely]] {
-        ProfilerState::on_callback(task->source ? task->source->profile_id() : 0, profile_thread_,
-                                   start, host_now_ns());
+      if (observing) [[unlikely]] {
+        observing->on_callback(task->source.get(), observed_name_, start, host_now_ns());
       }
       // The callable is destroyed here, not under the queue lock: it may own anything.
     }

@@ -120,7 +120,7 @@ class Dispatcher {
   void start_thread_locked();
 
   std::string name_;
-  std::string profile_thread_;  // "callbacks <name>": the profiler's name, made once
+  std::string observed_name_;  // "callbacks <name>": the thread's name for observers, made once
   RuntimeMutex mu_;
   CallbackList queue_;
   bool stopping_ = false;

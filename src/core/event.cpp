@@ -1,4 +1,5 @@
-// Events: EventState (core/event_state.hpp) and the public Event / UserEvent / wait_* API.
+// Events: EventState's state machine, timing and callbacks (core/event_state.hpp), and the
+// public Event. Waiting is in wait.cpp, the UserEvent's rounds in user_event.cpp.
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -6,17 +7,15 @@
 #include "core/event_state.hpp"
 #include "core/runtime.hpp"
 #include "core/stream_state.hpp"
+#include "core/tensor_state.hpp"
 #include "eventide/errors.hpp"
 #include "eventide/stream.hpp"
 #include "eventide/tensor.hpp"
-#include "core/tensor_state.hpp"
 
 namespace eventide {
 namespace detail {
 
 namespace {
-
-std::atomic<std::uint64_t> next_user_event_id{1};
 
 // Makes room in `v` for `n` elements, growing it geometrically (reserve(size() + 1) on every
 // call would copy the vector each time).
@@ -25,24 +24,13 @@ void reserve_for(std::vector<T>& v, std::size_t n) {
   if (v.capacity() < n) v.reserve(std::max(n, 2 * v.capacity()));
 }
 
+// The next event id for observers (EventState::observer_id).
+std::atomic<std::uint64_t> g_next_observer_id{1};
+
 }  // namespace
 
 EventState::EventState(std::optional<Device> device, EventOptions options)
     : fixed_device_(device), device_(device), timing_(options.enable_timing) {}
-
-std::shared_ptr<EventState> EventState::make_user(std::optional<Device> device,
-                                                  EventOptions options) {
-  auto state = std::make_shared<EventState>(device, options);
-  auto user = std::make_unique<UserPart>();
-  user->timeline = make_ref<Timeline>("user event " + std::to_string(next_user_event_id++));
-  user->current = make_ref<Work>(user->timeline, "set", WorkKind::host);
-  user->current->set_seq(1);
-  state->pending_.push_back(user->current);
-  state->records_ = 1;
-  state->status_.store(EventStatus::pending, std::memory_order_release);
-  state->user_ = std::move(user);
-  return state;
-}
 
 void EventState::fold_locked(const Ref<Work>& work) {
   if (work->error() && !error_) error_ = work->error();
@@ -62,7 +50,7 @@ void EventState::fold_locked(const Ref<Work>& work) {
       fold_times_locked(w);
       return true;
     });
-    untimed_scan_at_ = std::max<std::size_t>(64, 2 * untimed_.size());
+    untimed_scan_at_ = std::max(kUntimedScanMin, 2 * untimed_.size());
   }
 }
 
@@ -176,30 +164,20 @@ void EventState::on_armed_fence_passed() noexcept {
 }
 
 void EventState::record(Ref<Work> work, std::optional<Device> device) {
-  if (profiling()) [[unlikely]] {
-    record_profiled(std::move(work), device);
+  if (Observer* o = observer()) [[unlikely]] {
+    record_observed(*o, std::move(work), device);
     return;
   }
   record_work(std::move(work), device);
 }
 
-void EventState::record_profiled(Ref<Work> work, std::optional<Device> device) {
+void EventState::record_observed(Observer& observer, Ref<Work> work, std::optional<Device> device) {
   Ref<Work> op = work;
   const std::int64_t at = host_now_ns();
   record_work(std::move(work), device);
-  profile_record(op, at);
-}
-
-void EventState::profile_record(const Ref<Work>& op, std::int64_t at_ns) noexcept {
-  // The record is made: nothing may throw from here (the caller would take it for a record
-  // that failed). Without memory for the event's name, the profile misses the record.
-  std::string name;
-  try {
-    name = str();
-  } catch (...) {
-    return;
-  }
-  ProfilerState::on_record(profile_id(), std::move(name), op, at_ns);
+  // The record is made: the hook never throws (the caller would take it for a record that
+  // failed).
+  observer.on_record(*this, op, at);
 }
 
 void EventState::throw_device_mismatch(Device device, const std::string& what) const {
@@ -253,7 +231,7 @@ void EventState::record_nothing(Device device) {
       status_.store(EventStatus::finished, std::memory_order_release);
     }
   }
-  if (profiling()) [[unlikely]] profile_record(nullptr, host_now_ns());
+  if (Observer* o = observer()) [[unlikely]] o->on_record(*this, nullptr, host_now_ns());
 }
 
 bool EventState::poll() noexcept {
@@ -299,83 +277,10 @@ void EventState::remove_notifier(const Parker* parker) noexcept {
   if (it != notifiers_.end()) notifiers_.erase(it);
 }
 
-bool EventState::wait_until(const Deadline& deadline) {
-  const std::uint64_t finished_before = finishes();
-  if (poll()) {
-    if (profiling()) [[unlikely]] ProfilerState::on_wait_found_done(profile_id(), nullptr, 0);
-    return true;
-  }
-  if (!profiling() || expired(deadline)) [[likely]] return wait_pending(deadline, finished_before);
-  // A host wait for the profiler: when, and for which ops.
-  std::vector<Ref<Work>> ops;
-  {
-    std::lock_guard lock(mu_);
-    ops = pending_;
-  }
-  const std::int64_t start = host_now_ns();
-  const bool done = wait_pending(deadline, finished_before);
-  ProfilerState::on_host_wait(profile_id(), ops, start, host_now_ns(), done);
-  return done;
-}
-
-bool EventState::wait_pending(const Deadline& deadline, std::uint64_t finished_before) {
-  if (status_.load(std::memory_order_acquire) == EventStatus::empty) {
-    throw StateError("cannot wait on an empty event (" + str() +
-                     "): record work on it first, or it would never finish");
-  }
-  if (expired(deadline)) return false;  // a zero timeout is a poll
-  // Spin on the work itself before registering to be woken: a GPU writes its progress into
-  // memory this thread can read, and nobody else need be involved. The spin reads the Works'
-  // counters directly (a snapshot), not through the event's lock.
-  bool device_written = false;
-  {
-    SmallVector<Ref<Work>, 2> watch;
-    {
-      std::lock_guard lock(mu_);
-      for (const Ref<Work>& w : pending_) watch.push_back(w);
-    }
-    for (const Ref<Work>& w : watch) device_written = device_written || w->timeline().device_written();
-    auto all_done = [&] {
-      for (const Ref<Work>& w : watch) {
-        if (!w->done()) return false;
-      }
-      return true;
-    };
-    if (spin_until([&] { return all_done() || finishes() != finished_before; }, deadline) &&
-        (poll() || finishes() != finished_before)) {
-      return true;
-    }
-  }
-  if (running_work()) {
-    std::lock_guard lock(mu_);
-    for (const Ref<Work>& w : pending_) check_not_waiting_on_self(w->timeline(), w->seq());
-  }
-  const Ref<Parker>& parker = this_thread_parker();
-  if (!add_notifier(parker)) return true;
-  WaitPacer pacer(device_written);
-  BlockingRegion blocking;  // a pool thread lets its pool run other work meanwhile
-  for (;;) {
-    // A completion wakes this waiter even if the event was recorded again before it ran
-    // (notifiers are handed over at each completion, so it would not be woken again).
-    if (poll() || finishes() != finished_before) break;
-    if (status_.load(std::memory_order_acquire) == EventStatus::empty) {
-      remove_notifier(parker.get());
-      throw StateError("the event was reset by another thread while this one waited on it");
-    }
-    if (expired(deadline)) {
-      remove_notifier(parker.get());
-      return false;
-    }
-    pacer.park(*parker, deadline);
-  }
-  remove_notifier(parker.get());
-  return true;
-}
-
 void EventState::clear_locked() {
   pending_.clear();
   untimed_.clear();
-  untimed_scan_at_ = 64;
+  untimed_scan_at_ = kUntimedScanMin;
   min_start_ns_ = max_end_ns_ = completion_ns_ = 0;
   earliest_ = latest_ = completion_work_ = nullptr;
   any_timed_ = any_completion_ = false;
@@ -390,21 +295,7 @@ void EventState::reset() {
   Actions actions;
   RunOnExit run_actions{*this, actions};
   if (user_) {
-    // Made first: out of memory, the event is left as it was.
-    auto next = make_ref<Work>(user_->timeline, "set", WorkKind::host);
-    std::lock_guard set_lock(user_->mu);
-    std::lock_guard lock(mu_);
-    refresh_locked(actions);
-    if (!finished_locked()) {
-      throw StateError("cannot reset " + str_locked() +
-                       " while it is pending: set() or fail() it first");
-    }
-    clear_locked();  // keeps pending_'s room: the push below does not allocate
-    next->set_seq(user_->current->seq() + 1);
-    user_->current = next;
-    pending_.push_back(std::move(next));
-    records_ = 1;
-    status_.store(EventStatus::pending, std::memory_order_release);
+    start_next_round(actions);
     return;
   }
   std::lock_guard lock(mu_);
@@ -557,45 +448,13 @@ EventState::Snapshot EventState::snapshot() {
   return snap;
 }
 
-void EventState::user_finish(std::exception_ptr error, bool is_set) {
-  std::lock_guard set_lock(user_->mu);
-  Work& w = *user_->current;
-  if (w.done()) {
-    if (is_set && !w.error()) return;  // set() twice: idempotent
-    throw StateError(std::string(is_set ? "set" : "fail") + ": " + str() + " has already " +
-                     (w.error() ? "failed" : "been set") + "; reset() it first");
-  }
-  std::int64_t now = host_now_ns();
-  w.set_times(now, now);
-  w.set_error(std::move(error));
-  // Fires listeners inline (this event's own among them); they take mu_, not user_->mu.
-  w.timeline().advance(w.seq());
-}
-
-void EventState::user_set() { user_finish(nullptr, true); }
-
-void EventState::user_fail(std::exception_ptr error) {
-  if (!error) throw InvalidArgument("UserEvent::fail needs an error (got a null exception_ptr)");
-  user_finish(std::move(error), false);
-}
-
-void EventState::user_abandon() noexcept {
-  std::lock_guard set_lock(user_->mu);
-  Work& w = *user_->current;
-  if (w.done()) return;
-  // It fails whatever happens: without memory for the message, with the bad_alloc.
-  std::exception_ptr error;
-  try {
-    error = std::make_exception_ptr(
-        StateError("a UserEvent was destroyed without being set (" + user_->timeline->name() +
-                   "): whatever waited on it can never go on"));
-  } catch (...) {
-    error = std::current_exception();
-  }
-  std::int64_t now = host_now_ns();
-  w.set_times(now, now);
-  w.set_error(std::move(error));
-  w.timeline().advance(w.seq());
+std::uint64_t EventState::observer_id() const noexcept {
+  std::uint64_t id = observer_id_.load(std::memory_order_relaxed);
+  if (id != 0) return id;
+  std::uint64_t fresh = g_next_observer_id.fetch_add(1, std::memory_order_relaxed);
+  // Another thread may have given it one meanwhile: theirs stays.
+  if (observer_id_.compare_exchange_strong(id, fresh, std::memory_order_relaxed)) return fresh;
+  return id;
 }
 
 }  // namespace detail
@@ -644,17 +503,6 @@ void Event::record() {
   record(Stream::current(d ? *d : default_device()));
 }
 
-void Event::wait() const {
-  state_->wait_until(std::nullopt);
-  if (auto e = state_->error()) std::rethrow_exception(e);
-}
-
-bool Event::wait_for(std::chrono::nanoseconds timeout) const {
-  if (!state_->wait_until(detail::deadline_after(timeout))) return false;
-  if (auto e = state_->error()) std::rethrow_exception(e);
-  return true;
-}
-
 bool Event::poll() const noexcept { return state_->poll(); }
 EventStatus Event::status() const noexcept { return state_->status(); }
 std::optional<Device> Event::device() const { return state_->device(); }
@@ -690,126 +538,5 @@ void Event::reset() { state_->reset(); }
 void Event::add_callback_impl(detail::Callback fn) { state_->add_callback(std::move(fn)); }
 void Event::throw_null_callback() { throw InvalidArgument("add_callback: the callback is null"); }
 std::string Event::str() const { return state_->str(); }
-
-// --- UserEvent ---------------------------------------------------------------------------
-
-UserEvent::UserEvent() : UserEvent(std::nullopt) {}
-
-UserEvent::UserEvent(std::optional<Device> device, EventOptions options)
-    : Event(detail::EventState::make_user(device, options)) {
-  if (device) detail::Runtime::get().context(*device);
-  setter_ = std::make_shared<detail::UserEventSetter>(state());
-}
-
-void UserEvent::set() { state()->user_set(); }
-void UserEvent::fail(std::exception_ptr error) { state()->user_fail(std::move(error)); }
-void UserEvent::reset() { state()->reset(); }
-
-// --- wait_all / wait_any -----------------------------------------------------------------
-
-namespace {
-
-void check_not_empty(std::span<const Event> events, const char* fn) {
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    if (events[i].state()->status() == EventStatus::empty) {
-      throw StateError(std::string(fn) + ": event " + std::to_string(i) + " (" + events[i].str() +
-                       ") is empty and would never finish");
-    }
-  }
-}
-
-bool wait_all_until(std::span<const Event> events, const detail::Deadline& deadline) {
-  check_not_empty(events, "wait_all");
-  for (const Event& e : events) {
-    if (!e.state()->wait_until(deadline)) return false;
-  }
-  for (const Event& e : events) {
-    if (auto err = e.state()->error()) std::rethrow_exception(err);
-  }
-  return true;
-}
-
-}  // namespace
-
-void wait_all(std::span<const Event> events) { wait_all_until(events, std::nullopt); }
-void wait_all(std::initializer_list<Event> events) {
-  wait_all(std::span<const Event>(events.begin(), events.size()));
-}
-bool wait_all_for(std::span<const Event> events, std::chrono::nanoseconds timeout) {
-  return wait_all_until(events, detail::deadline_after(timeout));
-}
-bool wait_all_for(std::initializer_list<Event> events, std::chrono::nanoseconds timeout) {
-  return wait_all_for(std::span<const Event>(events.begin(), events.size()), timeout);
-}
-
-std::optional<std::size_t> wait_any(std::span<const Event> events,
-                                    std::optional<std::chrono::nanoseconds> timeout) {
-  if (events.empty()) throw InvalidArgument("wait_any: the list of events is empty");
-  check_not_empty(events, "wait_any");
-  const detail::Deadline deadline = detail::deadline_after(timeout);
-  // One entry per distinct event, at its lowest index: a list may repeat one event many times,
-  // and registering with it once per copy made the wait quadratic in the copies.
-  struct Entry {
-    detail::EventState* state;
-    std::size_t index;
-    std::uint64_t finished_before;
-  };
-  std::vector<Entry> entries;
-  entries.reserve(events.size());
-  {
-    std::vector<std::pair<detail::EventState*, std::size_t>> by_state;
-    by_state.reserve(events.size());
-    for (std::size_t i = 0; i < events.size(); ++i) by_state.emplace_back(events[i].state().get(), i);
-    std::sort(by_state.begin(), by_state.end());  // by state, then index
-    for (std::size_t i = 0; i < by_state.size(); ++i) {
-      if (i == 0 || by_state[i].first != by_state[i - 1].first) {
-        entries.push_back(Entry{by_state[i].first, by_state[i].second, by_state[i].first->finishes()});
-      }
-    }
-    std::sort(entries.begin(), entries.end(),
-              [](const Entry& a, const Entry& b) { return a.index < b.index; });
-  }
-  // Finished, or finished since the call began even if recorded again since (see
-  // EventState::wait_until): the lowest such index.
-  auto first_finished_since = [&]() -> std::optional<std::size_t> {
-    for (const Entry& e : entries) {
-      if (e.state->poll() || e.state->finishes() != e.finished_before) return e.index;
-    }
-    return std::nullopt;
-  };
-  if (auto i = first_finished_since()) return i;
-  if (detail::expired(deadline)) return std::nullopt;
-  std::optional<std::size_t> spun;
-  if (detail::spin_until([&] { return (spun = first_finished_since()).has_value(); }, deadline)) {
-    return spun;
-  }
-  const auto& parker = detail::this_thread_parker();
-  std::size_t registered = 0;
-  auto unregister = [&] {
-    for (std::size_t i = 0; i < registered; ++i) entries[i].state->remove_notifier(parker.get());
-  };
-  std::optional<std::size_t> result;
-  try {
-    for (; registered < entries.size(); ++registered) {
-      if (!entries[registered].state->add_notifier(parker)) break;  // finished meanwhile
-    }
-  } catch (...) {
-    unregister();  // out of memory: no registration is left behind
-    throw;
-  }
-  detail::BlockingRegion blocking;  // a pool thread lets its pool run other work meanwhile
-  for (;;) {
-    if ((result = first_finished_since())) break;
-    if (detail::expired(deadline)) break;
-    parker->park(deadline);
-  }
-  unregister();
-  return result;
-}
-
-std::optional<std::size_t> wait_any(std::initializer_list<Event> events,
-                                    std::optional<std::chrono::nanoseconds> timeout) {
-  return wait_any(std::span<const Event>(events.begin(), events.size()), timeout);
-}
 
 }  // namespace eventide

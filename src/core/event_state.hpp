@@ -13,9 +13,21 @@
 // removed (remove_callback: a cancelled Python await) and no waiter is left, the listener is
 // taken back from its timeline, so that what nobody waits for any more is freed at once.
 //
+// A UserEvent is the same object recorded on a host timeline (core/user_event.hpp): its
+// pending work is the current round's step, which set(), fail() or the last handle going
+// away finishes; reset() records the next round's.
+//
+// Where the code is: the state machine, timing and callbacks in event.cpp; waiting (spin,
+// then park) in wait.cpp; the UserEvent's rounds in user_event.cpp.
+//
 // Thread-safety: every member takes `mu_`; status_ is also readable without it (poll()'s fast
-// path). Lock order: mu_ is never held while calling into a timeline or the dispatcher:
-// listeners may fire inline, and they take mu_.
+// path). Lock order: a UserEvent's round lock (UserTimeline::mu) before mu_; mu_ is never
+// held while calling into a timeline or the dispatcher: listeners may fire inline, and they
+// take mu_.
+//
+// Memory ordering: status_ is stored with release once the tied work is folded, and poll()
+// loads it with acquire; the tied work's own fences are acquire loads of release (seq_cst)
+// advances. So what the work wrote is visible to whoever sees the event finished.
 #pragma once
 
 #include <atomic>
@@ -29,9 +41,10 @@
 
 #include "core/dispatcher.hpp"
 #include "core/runtime_lock.hpp"
+#include "core/observer.hpp"
 #include "core/parker.hpp"
-#include "core/profiler_state.hpp"
 #include "core/small_vector.hpp"
+#include "core/user_event.hpp"
 #include "core/work.hpp"
 #include "eventide/event.hpp"
 
@@ -42,7 +55,7 @@ class StreamState;
 class EventState : public std::enable_shared_from_this<EventState> {
  public:
   EventState(std::optional<Device> device, EventOptions options);
-  // A UserEvent: PENDING from the start, on its own host timeline.
+  // A UserEvent: PENDING from the start, recorded on its own host timeline (round 1).
   static std::shared_ptr<EventState> make_user(std::optional<Device> device, EventOptions options);
 
   // Ties the event to `work`, of `device` (nullopt for host work). InvalidArgument if the
@@ -77,9 +90,9 @@ class EventState : public std::enable_shared_from_this<EventState> {
   template <class Visit>
   int visit_callbacks_held_by_handles(Visit&& visit) {
     std::lock_guard lock(mu_);
-    // user_->current changes only under mu_ (reset), and passes only through set, fail or the
+    // user_->step() changes only under mu_ (reset), and passes only through set, fail or the
     // last handle going away.
-    if (!user_ || user_->current->done()) return 0;
+    if (!user_ || user_->step()->done()) return 0;
     for (CallbackTask* t = callbacks_.front(); t; t = t->next) {
       if (int r = visit(t->fn)) return r;
     }
@@ -88,7 +101,6 @@ class EventState : public std::enable_shared_from_this<EventState> {
   std::exception_ptr error();
   std::optional<Device> device();
   bool timing_enabled() const noexcept { return timing_; }
-  bool is_user() const noexcept { return user_ != nullptr; }
   // Device microseconds from the earliest tied start to the latest end.
   double time_elapsed_us();
   // When the last tied work ended: in its device's clock (ns), and that work if it has a
@@ -99,8 +111,9 @@ class EventState : public std::enable_shared_from_this<EventState> {
   };
   Completion completion();
   std::string str() const;
-  // This event's id in profiles (given at the first call).
-  std::uint64_t profile_id() const noexcept { return profile_event_id(profile_id_); }
+  // This event's id for observers (core/observer.hpp): unique in the process, given at the
+  // first call, so that an event nobody observes never takes one.
+  std::uint64_t observer_id() const noexcept;
 
   // What a stream waiting on this event must wait for.
   struct Snapshot {
@@ -118,10 +131,12 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // completion, even if the event has been recorded again since (and is pending).
   std::uint64_t finishes() const noexcept { return finishes_.load(std::memory_order_acquire); }
 
-  // UserEvent operations (is_user() only).
+  // UserEvent operations (events made by make_user() only; user_event.cpp). set: StateError
+  // if the round failed; fail: InvalidArgument for a null error, StateError if the round is
+  // done.
   void user_set();
   void user_fail(std::exception_ptr error);
-  // Fails the current round if unset: the last UserEvent handle is gone.
+  // Fails the current round if unset: the last UserEvent handle is gone. Never throws.
   void user_abandon() noexcept;
 
   // Called by the armed listener.
@@ -155,11 +170,6 @@ class EventState : public std::enable_shared_from_this<EventState> {
    private:
     std::shared_ptr<EventState> event_;
   };
-  struct UserPart {
-    Ref<Timeline> timeline;
-    Ref<Work> current;
-    RuntimeMutex mu;  // serializes set / fail / reset / abandon
-  };
   // Runs `actions` when it goes out of scope, however the scope is left: declared before the
   // lock, it runs once the lock is let go. A call that throws after refresh_locked() (out of
   // memory, a StateError) must not lose the completion that refresh found: waiters to wake,
@@ -182,12 +192,15 @@ class EventState : public std::enable_shared_from_this<EventState> {
   void arm_locked(Actions& actions);
   void clear_locked();
   void run(Actions& actions) noexcept;
-  void user_finish(std::exception_ptr error, bool is_set);
-  // record() without the profiler, and with it (kept out of the hot path).
+  // How a UserEvent's round is finished by its host code.
+  enum class UserStep { set, fail };
+  void user_finish(std::exception_ptr error, UserStep step);
+  // reset() of a UserEvent: the next round, PENDING at once (user_event.cpp).
+  void start_next_round(Actions& actions);
+  // record() unobserved, and observed (kept out of the hot path).
   void record_work(Ref<Work> work, std::optional<Device> device);
-  // The profiler's entry for a record made at `at_ns` (never throws: the record is made).
-  void profile_record(const Ref<Work>& op, std::int64_t at_ns) noexcept;
-  [[gnu::cold, gnu::noinline]] void record_profiled(Ref<Work> work, std::optional<Device> device);
+  [[gnu::cold, gnu::noinline]] void record_observed(Observer& observer, Ref<Work> work,
+                                                    std::optional<Device> device);
   // InvalidArgument unless this event may hold work of `device`; `what()` names the work
   // (only called to build the message). Under mu_.
   template <class What>
@@ -208,7 +221,10 @@ class EventState : public std::enable_shared_from_this<EventState> {
   std::vector<Ref<Work>> pending_;
   // Finished work whose device time is not known yet (GPU work: it arrives later).
   std::vector<Ref<Work>> untimed_;
-  std::size_t untimed_scan_at_ = 64;  // fold known times when untimed_ grows past this
+  // Fold the known times out of untimed_ when it grows past this (at least kUntimedScanMin,
+  // then twice what was left: amortized constant per record).
+  static constexpr std::size_t kUntimedScanMin = 64;
+  std::size_t untimed_scan_at_ = kUntimedScanMin;
   // Summary of finished tied work since the last reset, with the works that set the bounds
   // where those have stamps (GPU markers: exact differences), else null.
   std::int64_t min_start_ns_ = 0;
@@ -237,21 +253,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // and after it fired): for remove_callback() to take it back.
   Ref<Timeline> armed_timeline_;
   std::uint64_t armed_listen_id_ = 0;
-  std::unique_ptr<UserPart> user_;
-  mutable std::atomic<std::uint64_t> profile_id_{0};
-};
-
-// Held by UserEvent handles only (not by plain Event copies): when the last one goes, an
-// unset event fails instead of leaving its waiters waiting forever.
-class UserEventSetter {
- public:
-  explicit UserEventSetter(std::shared_ptr<EventState> state) : state_(std::move(state)) {}
-  ~UserEventSetter() { state_->user_abandon(); }
-  UserEventSetter(const UserEventSetter&) = delete;
-  UserEventSetter& operator=(const UserEventSetter&) = delete;
-
- private:
-  std::shared_ptr<EventState> state_;
+  std::unique_ptr<UserTimeline> user_;  // a UserEvent's host timeline; null for an Event
+  mutable std::atomic<std::uint64_t> observer_id_{0};
 };
 
 }  // namespace eventide::detail

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/event_state.hpp"
-#include "core/profiler_state.hpp"
+#include "core/observer.hpp"
 #include "core/runtime.hpp"
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
@@ -67,19 +67,17 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
     throw;
   }
   // Recorded before it is submitted, while its deps are still there to be read.
-  if (profiling()) [[unlikely]] {
-    ProfilerState::on_launch(*this, work, ProfilerState::describe_tensors(reads, writes));
-  }
+  if (Observer* o = observer()) [[unlikely]] o->on_launch(*this, work, reads, writes);
   submit_locked(work);
   return work;
 }
 
 Ref<Work> StreamState::mark(MarkerTiming timing) {
   return enqueue_marker(timing == MarkerTiming::timed ? WorkKind::marker : WorkKind::untimed_marker,
-                        /*profiled=*/true);
+                        MarkerOwner::user);
 }
 
-Ref<Work> StreamState::enqueue_marker(WorkKind kind, bool profiled) {
+Ref<Work> StreamState::enqueue_marker(WorkKind kind, MarkerOwner owner) {
   Runtime::get().check_running();
   check_submit();
   auto work = make_ref<Work>(timeline_, "marker", kind);
@@ -90,7 +88,9 @@ Ref<Work> StreamState::enqueue_marker(WorkKind kind, bool profiled) {
   if (last_ && last_ != gate && !(last_->done() && !last_->error())) {
     work->deps().push_back(Dep{last_, DepKind::previous});
   }
-  if (profiled && profiling()) [[unlikely]] ProfilerState::on_launch(*this, work, "marker");
+  if (owner == MarkerOwner::user) {
+    if (Observer* o = observer()) [[unlikely]] o->on_launch(*this, work, {}, {});
+  }
   submit_locked(work);
   return work;
 }
@@ -123,7 +123,7 @@ void StreamState::wait(EventState& event) {
   work->set_seq(++enqueued_);
   if (const Ref<Work>& gate = current_gate()) deps.push_back(Dep{gate, DepKind::gate});
   gate_ = work;
-  if (profiling()) [[unlikely]] ProfilerState::on_wait(*this, work, event.profile_id());
+  if (Observer* o = observer()) [[unlikely]] o->on_stream_wait(*this, work, event);
   submit_locked(work);
 }
 
@@ -137,8 +137,8 @@ bool StreamState::query() const {
 }
 
 std::uint64_t StreamState::sync_point() {
-  // The marker synchronize needs is no work of the user's: the profile does not show it.
-  if (native_handle()) return enqueue_marker(WorkKind::untimed_marker, /*profiled=*/false)->seq();
+  // The marker synchronize needs is no work of the user's: observers do not see it.
+  if (native_handle()) return enqueue_marker(WorkKind::untimed_marker, MarkerOwner::runtime)->seq();
   std::lock_guard lock(submit_mu_);
   return enqueued_;
 }
@@ -151,42 +151,6 @@ std::exception_ptr StreamState::error() const {
   std::lock_guard lock(submit_mu_);
   if (gate_ && gate_->done()) return gate_->error();
   return nullptr;
-}
-
-namespace {
-
-bool wait_for_pending_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline) {
-  if (spin_until([&] { return timeline.passed(seq); }, deadline)) return true;
-  const Ref<Parker>& parker = this_thread_parker();
-  // Out of memory for the wake-up: the waiter looks at the timeline between short naps.
-  const bool heard = timeline.unpark_when_passed(seq, parker);
-  WaitPacer pacer(timeline.device_written());
-  BlockingRegion blocking;  // a pool thread lets its pool run other work meanwhile
-  while (!timeline.passed(seq)) {
-    if (expired(deadline)) return false;
-    if (heard) {
-      pacer.park(*parker, deadline);
-    } else {
-      const Clock::time_point nap = Clock::now() + Timeline::kUnheardNap;
-      parker->park(deadline && *deadline < nap ? deadline : Deadline(nap));
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
-bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline) {
-  if (timeline.passed(seq)) {
-    if (profiling()) [[unlikely]] ProfilerState::on_wait_found_done(0, &timeline, seq);
-    return true;
-  }
-  check_not_waiting_on_self(timeline, seq);
-  if (!profiling() || expired(deadline)) [[likely]] return wait_for_pending_fence(timeline, seq, deadline);
-  const std::int64_t start = host_now_ns();
-  const bool done = wait_for_pending_fence(timeline, seq, deadline);
-  ProfilerState::on_fence_wait(timeline, seq, start, host_now_ns(), done);
-  return done;
 }
 
 const Dep* first_pending_dep(const Work& work) noexcept {
@@ -206,7 +170,7 @@ void run_work(Work& work, const std::atomic<bool>& stop) noexcept {
   }
   std::int64_t start = host_now_ns();
   std::int64_t end = start;
-  // A wait has no device time of its own; under the profiler its times say how long it held
+  // A wait has no device time of its own; observed, its times say how long it held
   // the stream: from when the stream reached it (set_reached) to when what it waited for had
   // finished. Ops are timed from when their dependencies had finished.
   if (!work.timed() && work.start_ns() != 0) start = work.start_ns();

@@ -34,6 +34,7 @@
 #include "core/parker.hpp"
 #include "core/ref.hpp"
 #include "core/timeline.hpp"
+#include "core/wait.hpp"
 #include "core/work.hpp"
 #include "eventide/detail/callback.hpp"
 #include "eventide/device.hpp"
@@ -111,8 +112,11 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // Makes `work` (numbered, deps collected) the last Work and hands it to the backend.
   // Under submit_mu_.
   void submit_locked(Ref<Work> work) noexcept;
-  // mark(), with the marker's kind, and whether the profiler records it.
-  Ref<Work> enqueue_marker(WorkKind kind, bool profiled);
+  // Whose a marker is: the user's (an event's record: observers see it) or the runtime's own
+  // (synchronize's: no work of the user's, observers do not see it).
+  enum class MarkerOwner { user, runtime };
+  // mark(), with the marker's kind and owner.
+  Ref<Work> enqueue_marker(WorkKind kind, MarkerOwner owner);
 
   const Device device_;
   const std::uint64_t id_;
@@ -125,9 +129,6 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
 
 // "cpu stream 3".
 std::string stream_name(Device device, std::uint64_t id);
-
-// Blocks until `timeline` passes `seq`, or the deadline (false).
-bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline);
 
 // The first dependency of `work` whose fence has not passed, else null. (Those on the work's
 // own timeline have: a stream runs its work in order.)

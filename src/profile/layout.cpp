@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <system_error>
@@ -11,6 +12,13 @@
 namespace eventide::profile {
 
 std::int64_t to_ns(double us) noexcept { return std::llround(us * 1000.0); }
+
+std::string format_fixed(double value, int decimals) {
+  // to_chars: printf and iostreams would follow the global locale ("1,25").
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value, std::chars_format::fixed, decimals);
+  return ec == std::errc() ? std::string(buf, end) : std::string("?");
+}
 
 std::string short_stream_name(const StreamTrack& track) {
   const std::string prefix = track.device.str() + " ";

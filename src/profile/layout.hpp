@@ -73,6 +73,10 @@ std::string short_stream_name(const StreamTrack& track);
 // "wait event 2", "wait for matmul#4" (a tensor's or a stream's wait), "wait".
 std::string host_wait_label(const Profile& profile, const Layout& layout, const ProfiledHostWait& wait);
 
+// `value` with `decimals` digits after the point, whatever the global locale ("1.25", never
+// "1,25"): for every number a profile shows as text.
+std::string format_fixed(double value, int decimals);
+
 // Writes `text` to `path`; Error naming `what` (the caller), the path and the reason if it
 // cannot.
 void write_text_file(const std::string& path, const std::string& text, const char* what);

@@ -19,7 +19,6 @@
 #include <map>
 #include <unordered_map>
 
-#include "core/profiler_state.hpp"
 #include "eventide/runtime.hpp"
 #include "profile/layout.hpp"
 
@@ -27,7 +26,7 @@ namespace eventide {
 
 namespace {
 
-using detail::format_fixed;
+using profile::format_fixed;
 using profile::Layout;
 
 // Geometry, in the SVG's user units (CSS pixels at the page's natural width).

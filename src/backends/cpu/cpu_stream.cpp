@@ -8,7 +8,7 @@
 #include <thread>
 #include <utility>
 
-#include "core/profiler_state.hpp"
+#include "core/observer.hpp"
 #include "eventide/errors.hpp"
 
 namespace eventide::backends::cpu {
@@ -315,7 +315,7 @@ void WorkerPool::park_on(CpuStream& s, Work* rest, const detail::Dep& dep) noexc
   const Ref<detail::Timeline> timeline = dep.work->timeline_ref();
   const std::uint64_t seq = dep.work->seq();
   auto stream = std::static_pointer_cast<CpuStream>(s.shared_from_this());
-  if (!rest->timed() && detail::profiling()) rest->set_reached(detail::host_now_ns());
+  if (!rest->timed() && detail::observer()) rest->set_reached(detail::host_now_ns());
   s.resume_.hold(stream);  // not registered: it fired, if the stream parked before
   {
     std::lock_guard lock(mu_);

@@ -1,91 +1,184 @@
-// The profiler: ProfilerState (core/profiler_state.hpp), Profiler and Profile::str. The
-// exporters (chrome_trace, timeline_html) are in src/profile/.
+// The profiler: the Recorder (the core's observer while a profiler runs), ProfilerState
+// (profile/recorder.hpp), HostWaitScope, Profiler and Profile::str. The exporters
+// (chrome_trace, timeline_html) are beside it.
+#include "profile/recorder.hpp"
+
 #include <algorithm>
-#include <charconv>
 #include <map>
+#include <mutex>
+#include <new>
 #include <utility>
 
+#include "core/event_state.hpp"
+#include "core/observer.hpp"
 #include "core/runtime_lock.hpp"
-#include "core/profiler_state.hpp"
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
+#include "core/wait.hpp"
 #include "eventide/errors.hpp"
+#include "profile/layout.hpp"
 
 namespace eventide {
 namespace detail {
 
-std::atomic<ProfilerState*> g_profiler{nullptr};
-
 namespace {
-
-// Guards g_profiler's changes and everything a running ProfilerState records (see the header).
-RuntimeMutex g_profiler_mu;
-
-std::atomic<std::uint64_t> g_next_event_id{1};
 
 // How far apart two timed-out waits of one thread on one event may be to be one wait: a
 // waiter that waits in slices (Python's Event.wait, interruptible by Ctrl-C) is one wait.
 constexpr std::int64_t kWaitSliceGapNs = 2'000'000;
+// How many of the latest host waits a wait that found its work done looks through for the
+// calling thread's last one (the slice it may end): the other threads' waits in between.
+constexpr int kFoundDoneLookBack = 64;
+// The slices stop() waits in when it is to call someone between them (an interrupt check).
+constexpr auto kStopSlice = std::chrono::milliseconds(20);
+
+// The calling thread's open HostWaitScope (null: none).
+thread_local HostWaitScope* t_wait_scope = nullptr;
 
 }  // namespace
 
-std::string format_fixed(double value, int decimals) {
-  // to_chars: printf and iostreams would follow the global locale ("1,25").
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value, std::chars_format::fixed, decimals);
-  return ec == std::errc() ? std::string(buf, end) : std::string("?");
-}
+// The core's observer while a profiler runs: each hook takes the lock, finds the running
+// ProfilerState (if any is still running: the core's read of the observer may be stale) and
+// appends to it, counting what it cannot append. Never destroyed (see recorder.hpp).
+class Recorder final : public Observer {
+ public:
+  static Recorder& get() noexcept {
+    // Never destroyed (a hook may come late, even during exit), and made in static storage
+    // without allocating: get() must not fail, out of memory included.
+    alignas(Recorder) static unsigned char storage[sizeof(Recorder)];
+    static Recorder* const recorder = ::new (static_cast<void*>(storage)) Recorder();
+    return *recorder;
+  }
 
-std::uint64_t profile_event_id(std::atomic<std::uint64_t>& slot) noexcept {
-  std::uint64_t id = slot.load(std::memory_order_relaxed);
-  if (id != 0) return id;
-  std::uint64_t fresh = g_next_event_id.fetch_add(1, std::memory_order_relaxed);
-  // Another thread may have given it one meanwhile: theirs stays.
-  if (slot.compare_exchange_strong(id, fresh, std::memory_order_relaxed)) return fresh;
-  return id;
-}
+  // Guards `current` and everything a running ProfilerState records.
+  RuntimeMutex mu;
+  // The running profiler's state (null: none). Changed under mu; also read relaxed without it
+  // (recording()), for HostWaitScope's one load.
+  std::atomic<ProfilerState*> current{nullptr};
+
+  bool recording() const noexcept { return current.load(std::memory_order_relaxed) != nullptr; }
+
+  // Under mu.
+  void install(ProfilerState* state) noexcept {
+    current.store(state, std::memory_order_relaxed);
+    set_observer(this);
+  }
+  // Under mu: uninstalls `state` if it is the running one.
+  void uninstall(ProfilerState* state) noexcept {
+    if (current.load(std::memory_order_relaxed) != state) return;
+    current.store(nullptr, std::memory_order_relaxed);
+    set_observer(nullptr);
+  }
+
+  void on_launch(const StreamState& stream, const Ref<Work>& work, std::span<TensorState* const> reads,
+                 std::span<TensorState* const> writes) noexcept override {
+    // "marker" fits in the string itself: no allocation that could fail.
+    std::string detail = work->is_marker() ? std::string("marker") : ProfilerState::describe_tensors(reads, writes);
+    locked([&](ProfilerState& s) {
+      s.add_op(stream, work, std::move(detail), ProfilerState::OpRole::op, 0);
+    });
+  }
+
+  void on_stream_wait(const StreamState& stream, const Ref<Work>& work,
+                      const EventState& event) noexcept override {
+    const std::uint64_t id = event.observer_id();
+    locked([&](ProfilerState& s) { s.add_op(stream, work, {}, ProfilerState::OpRole::wait, id); });
+  }
+
+  void on_record(const EventState& event, const Ref<Work>& work, std::int64_t at_ns) noexcept override {
+    // The record is made: without memory for the event's name, the profile misses it.
+    std::string name;
+    try {
+      name = event.str();
+    } catch (...) {
+      return;
+    }
+    const std::uint64_t id = event.observer_id();
+    locked([&](ProfilerState& s) { s.add_record(id, std::move(name), work, at_ns); });
+  }
+
+  void on_host_wait(const WaitTarget& target, std::span<const Ref<Work>> ops, std::int64_t start_ns,
+                    std::int64_t end_ns, WaitResult result) noexcept override {
+    const bool finished = result == WaitResult::finished;
+    if (target.event) {
+      const std::uint64_t id = target.event->observer_id();
+      locked([&](ProfilerState& s) { s.add_event_wait(id, ops, start_ns, end_ns, finished); });
+    } else {
+      locked([&](ProfilerState& s) {
+        s.add_fence_wait(*target.timeline, target.seq, start_ns, end_ns, finished);
+      });
+    }
+  }
+
+  void on_wait_found_done(const WaitTarget& target) noexcept override {
+    const std::uint64_t id = target.event ? target.event->observer_id() : 0;
+    std::lock_guard lock(mu);
+    if (ProfilerState* s = current.load(std::memory_order_relaxed)) {
+      s->wait_found_done(id, target.timeline, target.seq);
+    }
+  }
+
+  void on_callback(const EventState* event, std::string_view thread, std::int64_t start_ns,
+                   std::int64_t end_ns) noexcept override {
+    const std::uint64_t id = event ? event->observer_id() : 0;
+    locked([&](ProfilerState& s) { s.add_callback(id, std::string(thread), start_ns, end_ns); });
+  }
+
+  // Runs `append` on the running state under the lock; what it throws (out of memory) is an
+  // entry lost.
+  template <class Append>
+  void locked(Append&& append) noexcept {
+    std::lock_guard lock(mu);
+    ProfilerState* s = current.load(std::memory_order_relaxed);
+    if (!s) return;
+    try {
+      append(*s);
+    } catch (...) {
+      s->count_lost();
+    }
+  }
+
+ private:
+  Recorder() = default;
+};
 
 ProfilerState::ProfilerState() : start_ns_(host_now_ns()) {}
 
-ProfilerState* ProfilerState::locked_state() noexcept {
-  return g_profiler.load(std::memory_order_relaxed);
-}
-
 void ProfilerState::start() {
-  std::lock_guard lock(g_profiler_mu);
-  if (g_profiler.load(std::memory_order_relaxed)) {
+  Recorder& r = Recorder::get();
+  std::lock_guard lock(r.mu);
+  if (r.recording()) {
     throw StateError("cannot start a Profiler: another one is recording (one at a time per "
                      "process); stop() it or let it go out of scope first");
   }
-  g_profiler.store(this, std::memory_order_relaxed);
+  r.install(this);
 }
 
 void ProfilerState::stop_recording() noexcept {
   Recorded dropped;  // destroyed unlocked: it releases Works
-  std::lock_guard lock(g_profiler_mu);
+  Recorder& r = Recorder::get();
+  std::lock_guard lock(r.mu);
   stopped_ = true;
-  if (g_profiler.load(std::memory_order_relaxed) == this) {
-    g_profiler.store(nullptr, std::memory_order_relaxed);
-  }
+  r.uninstall(this);
   dropped = std::move(recorded_);
 }
 
 std::string ProfilerState::describe_tensors(std::span<TensorState* const> reads,
                                             std::span<TensorState* const> writes) noexcept {
   try {
-  auto list = [](std::span<TensorState* const> ts) {
-    std::string out;
-    for (std::size_t i = 0; i < ts.size(); ++i) {
-      if (i) out += ", ";
-      out += name(ts[i]->dtype);
-      out += to_string(ts[i]->shape);
-    }
-    return out;
-  };
-  std::string in = list(reads);
-  std::string out = list(writes);
-  if (out.empty()) return in;
-  return in.empty() ? "-> " + out : in + " -> " + out;
+    auto list = [](std::span<TensorState* const> ts) {
+      std::string out;
+      for (std::size_t i = 0; i < ts.size(); ++i) {
+        if (i) out += ", ";
+        out += name(ts[i]->dtype);
+        out += to_string(ts[i]->shape);
+      }
+      return out;
+    };
+    std::string in = list(reads);
+    std::string out = list(writes);
+    if (out.empty()) return in;
+    return in.empty() ? "-> " + out : in + " -> " + out;
   } catch (...) {
     return {};  // out of memory: the op is profiled without it
   }
@@ -103,14 +196,14 @@ std::uint32_t ProfilerState::thread_number() {
 }
 
 void ProfilerState::add_op(const StreamState& stream, const Ref<Work>& work, std::string detail,
-                           bool is_wait, std::uint64_t event) {
+                           OpRole role, std::uint64_t event) {
   OpEntry entry;
   entry.work = work;
   entry.id = recorded_.ops.size() + 1;
   entry.stream = stream.name();
   entry.device = stream.device();
   entry.detail = std::move(detail);
-  entry.is_wait = is_wait;
+  entry.role = role;
   entry.event = event;
   // What it waits for on other timelines (the same timeline is in order anyway). Work from
   // before the profile has no id and no arrow.
@@ -126,97 +219,43 @@ void ProfilerState::add_op(const StreamState& stream, const Ref<Work>& work, std
   recorded_.ops.push_back(std::move(entry));
 }
 
-void ProfilerState::on_launch(const StreamState& stream, const Ref<Work>& work,
-                              std::string detail) noexcept {
-  std::lock_guard lock(g_profiler_mu);
-  ProfilerState* s = locked_state();
-  if (!s) return;
-  try {
-    s->add_op(stream, work, std::move(detail), false, 0);
-  } catch (...) {
-    s->lost_.fetch_add(1, std::memory_order_relaxed);
-  }
+void ProfilerState::add_record(std::uint64_t event, std::string event_name, const Ref<Work>& op,
+                               std::int64_t at_ns) {
+  recorded_.records.push_back(RecordEntry{event, std::move(event_name), op ? id_of(op.get()) : 0, at_ns});
 }
 
-void ProfilerState::on_wait(const StreamState& stream, const Ref<Work>& work,
-                            std::uint64_t event) noexcept {
-  std::lock_guard lock(g_profiler_mu);
-  ProfilerState* s = locked_state();
-  if (!s) return;
-  try {
-    s->add_op(stream, work, {}, true, event);
-  } catch (...) {
-    s->lost_.fetch_add(1, std::memory_order_relaxed);
+void ProfilerState::add_event_wait(std::uint64_t event, std::span<const Ref<Work>> ops,
+                                   std::int64_t start_ns, std::int64_t end_ns, bool finished) {
+  HostWaitEntry entry{event, thread_number(), start_ns, end_ns, finished, {}};
+  for (const Ref<Work>& w : ops) {
+    if (std::uint64_t id = id_of(w.get())) entry.ops.push_back(id);
   }
+  add_host_wait(std::move(entry));
 }
 
-void ProfilerState::on_record(std::uint64_t event, std::string event_name, const Ref<Work>& op,
-                              std::int64_t at_ns) noexcept {
-  std::lock_guard lock(g_profiler_mu);
-  ProfilerState* s = locked_state();
-  if (!s) return;
-  try {
-    s->recorded_.records.push_back(
-        RecordEntry{event, std::move(event_name), op ? s->id_of(op.get()) : 0, at_ns});
-  } catch (...) {
-    s->lost_.fetch_add(1, std::memory_order_relaxed);
-  }
+void ProfilerState::add_fence_wait(const Timeline& timeline, std::uint64_t seq, std::int64_t start_ns,
+                                   std::int64_t end_ns, bool finished) {
+  HostWaitEntry entry{0, thread_number(), start_ns, end_ns, finished, {}};
+  if (auto it = fences_.find({&timeline, seq}); it != fences_.end()) entry.ops.push_back(it->second);
+  add_host_wait(std::move(entry));
 }
 
-namespace {
-// The calling thread's open HostWaitGroup (null: none).
-thread_local HostWaitGroup* t_wait_group = nullptr;
-}  // namespace
-
-void ProfilerState::on_host_wait(std::uint64_t event, const std::vector<Ref<Work>>& ops,
-                                 std::int64_t start_ns, std::int64_t end_ns, bool finished) noexcept {
-  std::lock_guard lock(g_profiler_mu);
-  ProfilerState* s = locked_state();
-  if (!s) return;
-  try {
-    HostWaitEntry entry{event, s->thread_number(), start_ns, end_ns, finished, {}};
-    for (const Ref<Work>& w : ops) {
-      if (std::uint64_t id = s->id_of(w.get())) entry.ops.push_back(id);
-    }
-    s->add_host_wait(std::move(entry));
-  } catch (...) {
-    s->lost_.fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
-void ProfilerState::on_fence_wait(const Timeline& timeline, std::uint64_t seq, std::int64_t start_ns,
-                                  std::int64_t end_ns, bool finished) noexcept {
-  std::lock_guard lock(g_profiler_mu);
-  ProfilerState* s = locked_state();
-  if (!s) return;
-  try {
-    HostWaitEntry entry{0, s->thread_number(), start_ns, end_ns, finished, {}};
-    if (auto it = s->fences_.find({&timeline, seq}); it != s->fences_.end()) entry.ops.push_back(it->second);
-    s->add_host_wait(std::move(entry));
-  } catch (...) {
-    s->lost_.fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
-void ProfilerState::on_wait_found_done(std::uint64_t event, const Timeline* timeline,
-                                       std::uint64_t seq) noexcept {
-  std::lock_guard lock(g_profiler_mu);
-  ProfilerState* s = locked_state();
-  if (!s || t_wait_group) return;
-  auto thread = s->threads_.find(std::this_thread::get_id());
-  if (thread == s->threads_.end()) return;  // this thread has not waited yet
+void ProfilerState::wait_found_done(std::uint64_t event, const Timeline* timeline,
+                                    std::uint64_t seq) noexcept {
+  if (t_wait_scope) return;
+  auto thread = threads_.find(std::this_thread::get_id());
+  if (thread == threads_.end()) return;  // this thread has not waited yet
   std::uint64_t fence_op = 0;
   if (timeline) {
-    auto it = s->fences_.find({timeline, seq});
-    if (it == s->fences_.end()) return;
+    auto it = fences_.find({timeline, seq});
+    if (it == fences_.end()) return;
     fence_op = it->second;
   }
   const std::int64_t now = host_now_ns();
   // This thread's last wait, among the latest few: a slice that timed out just before?
-  constexpr int kLook = 64;
   int looked = 0;
-  for (auto w = s->recorded_.host_waits.rbegin(); w != s->recorded_.host_waits.rend() && looked < kLook;
-       ++w, ++looked) {
+  for (auto w = recorded_.host_waits.rbegin();
+       w != recorded_.host_waits.rend() && looked < kFoundDoneLookBack; ++w, ++looked) {
     if (w->thread != thread->second) continue;
     const bool same = timeline ? w->event == 0 && w->ops.size() == 1 && w->ops[0] == fence_op
                                : w->event == event;
@@ -228,57 +267,28 @@ void ProfilerState::on_wait_found_done(std::uint64_t event, const Timeline* time
   }
 }
 
+void ProfilerState::add_callback(std::uint64_t event, std::string thread, std::int64_t start_ns,
+                                 std::int64_t end_ns) {
+  recorded_.callbacks.push_back(CallbackEntry{event, std::move(thread), start_ns, end_ns});
+}
+
 void ProfilerState::add_host_wait(HostWaitEntry entry) {
-  HostWaitGroup* group = t_wait_group;
-  if (!group) {
+  HostWaitScope* scope = t_wait_scope;
+  if (!scope) {
     recorded_.host_waits.push_back(std::move(entry));
     return;
   }
-  if (!group->blocked_) {
-    group->blocked_ = true;
-    group->event_ = entry.event;
-    group->start_ns_ = entry.start_ns;
-  } else if (group->event_ != entry.event) {
-    group->event_ = 0;  // slices on different events (wait_all): not one event's wait
+  if (!scope->blocked_) {
+    scope->blocked_ = true;
+    scope->event_ = entry.event;
+    scope->start_ns_ = entry.start_ns;
+  } else if (scope->event_ != entry.event) {
+    scope->event_ = 0;  // slices on different events (wait_all): not one event's wait
   }
   for (std::uint64_t id : entry.ops) {
-    if (std::find(group->ops_.begin(), group->ops_.end(), id) == group->ops_.end()) {
-      group->ops_.push_back(id);
+    if (std::find(scope->ops_.begin(), scope->ops_.end(), id) == scope->ops_.end()) {
+      scope->ops_.push_back(id);
     }
-  }
-}
-
-HostWaitGroup::HostWaitGroup() noexcept {
-  if (!profiling() || t_wait_group) return;
-  open_ = true;
-  t_wait_group = this;
-}
-
-HostWaitGroup::~HostWaitGroup() {
-  if (!open_) return;
-  t_wait_group = nullptr;
-  if (!blocked_) return;
-  const std::int64_t end_ns = host_now_ns();
-  std::lock_guard lock(g_profiler_mu);
-  ProfilerState* s = ProfilerState::locked_state();
-  if (!s) return;
-  try {
-    s->recorded_.host_waits.push_back(ProfilerState::HostWaitEntry{
-        event_, s->thread_number(), start_ns_, end_ns, finished_, std::move(ops_)});
-  } catch (...) {
-    s->lost_.fetch_add(1, std::memory_order_relaxed);  // a destructor: nothing may escape
-  }
-}
-
-void ProfilerState::on_callback(std::uint64_t event, const std::string& thread,
-                                std::int64_t start_ns, std::int64_t end_ns) noexcept {
-  std::lock_guard lock(g_profiler_mu);
-  ProfilerState* s = locked_state();
-  if (!s) return;
-  try {
-    s->recorded_.callbacks.push_back(CallbackEntry{event, thread, start_ns, end_ns});
-  } catch (...) {
-    s->lost_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -286,12 +296,11 @@ Profile ProfilerState::stop(std::chrono::nanoseconds timeout,
                             const std::function<void()>& between_waits) {
   Recorded rec;
   {
-    std::lock_guard lock(g_profiler_mu);
+    Recorder& r = Recorder::get();
+    std::lock_guard lock(r.mu);
     if (stopped_) throw StateError("Profiler::stop: the profiler has stopped already");
     stopped_ = true;
-    if (g_profiler.load(std::memory_order_relaxed) == this) {
-      g_profiler.store(nullptr, std::memory_order_relaxed);
-    }
+    r.uninstall(this);
     rec = std::move(recorded_);
     ids_.clear();
     fences_.clear();
@@ -301,7 +310,6 @@ Profile ProfilerState::stop(std::chrono::nanoseconds timeout,
   // by a UserEvent nobody sets, or queued behind the op calling stop()) is left unfinished.
   // The wait goes in slices when someone is to be called between them (an interrupt check).
   const Deadline deadline = deadline_after(timeout);
-  constexpr auto kSlice = std::chrono::milliseconds(20);
   std::vector<bool> finished(rec.ops.size(), false);
   for (std::size_t i = 0; i < rec.ops.size(); ++i) {
     Work& w = *rec.ops[i].work;
@@ -309,7 +317,7 @@ Profile ProfilerState::stop(std::chrono::nanoseconds timeout,
       for (;;) {
         Deadline slice = deadline;
         if (between_waits) {
-          const auto end = Clock::now() + kSlice;
+          const auto end = Clock::now() + kStopSlice;
           slice = deadline && *deadline < end ? deadline : Deadline(end);
         }
         if (w.done() || wait_for_fence(w.timeline(), w.seq(), slice)) {
@@ -358,14 +366,15 @@ Profile ProfilerState::stop(std::chrono::nanoseconds timeout,
   for (std::size_t i = 0; i < rec.ops.size(); ++i) {
     OpEntry& e = rec.ops[i];
     const Work& w = *e.work;
+    const bool is_wait = e.role == OpRole::wait;
     ProfiledOp op;
     op.id = e.id;
     op.name = w.name();
     op.stream = std::move(e.stream);
     op.device = e.device;
     op.seq = w.seq();
-    op.detail = e.is_wait ? "event " + std::to_string(event_id(e.event)) : std::move(e.detail);
-    op.is_wait = e.is_wait;
+    op.detail = is_wait ? "event " + std::to_string(event_id(e.event)) : std::move(e.detail);
+    op.is_wait = is_wait;
     op.is_marker = w.is_marker();
     op.finished = finished[i];
     op.waits_for = std::move(e.waits_for);
@@ -418,6 +427,31 @@ Profile ProfilerState::stop(std::chrono::nanoseconds timeout,
 
 }  // namespace detail
 
+// --- HostWaitScope -----------------------------------------------------------------------
+
+HostWaitScope::HostWaitScope() noexcept {
+  if (!detail::Recorder::get().recording() || detail::t_wait_scope) return;
+  open_ = true;
+  detail::t_wait_scope = this;
+}
+
+HostWaitScope::~HostWaitScope() {
+  if (!open_) return;
+  detail::t_wait_scope = nullptr;
+  if (!blocked_) return;
+  const std::int64_t end_ns = detail::host_now_ns();
+  detail::Recorder& r = detail::Recorder::get();
+  std::lock_guard lock(r.mu);
+  detail::ProfilerState* s = r.current.load(std::memory_order_relaxed);
+  if (!s) return;
+  try {
+    s->recorded_.host_waits.push_back(detail::ProfilerState::HostWaitEntry{
+        event_, s->thread_number(), start_ns_, end_ns, finished_, std::move(ops_)});
+  } catch (...) {
+    s->count_lost();  // a destructor: nothing may escape
+  }
+}
+
 // --- Profiler ----------------------------------------------------------------------------
 
 Profiler::Profiler() : state_(std::make_shared<detail::ProfilerState>()) { state_->start(); }
@@ -441,7 +475,7 @@ std::string Profile::str() const {
     return std::to_string(n) + " " + (n == 1 ? one : many);
   };
   const bool ms = duration_us_ >= 1000;
-  std::string duration = detail::format_fixed(ms ? duration_us_ / 1000 : duration_us_, ms ? 2 : 1) +
+  std::string duration = profile::format_fixed(ms ? duration_us_ / 1000 : duration_us_, ms ? 2 : 1) +
                          (ms ? " ms" : " µs");
   return "<Profile: " + count(ops_.size(), "op", "ops") + " on " +
          count(streams.size(), "stream", "streams") + ", " +
