@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <new>
 #include <utility>
 
 #include "core/event_state.hpp"
@@ -42,13 +41,8 @@ thread_local HostWaitScope* t_wait_scope = nullptr;
 // appends to it, counting what it cannot append. Never destroyed (see recorder.hpp).
 class Recorder final : public Observer {
  public:
-  static Recorder& get() noexcept {
-    // Never destroyed (a hook may come late, even during exit), and made in static storage
-    // without allocating: get() must not fail, out of memory included.
-    alignas(Recorder) static unsigned char storage[sizeof(Recorder)];
-    static Recorder* const recorder = ::new (static_cast<void*>(storage)) Recorder();
-    return *recorder;
-  }
+  static Recorder& get() noexcept;
+  constexpr Recorder() = default;
 
   // Guards `current` and everything a running ProfilerState records.
   RuntimeMutex mu;
@@ -137,10 +131,22 @@ class Recorder final : public Observer {
       s->count_lost();
     }
   }
-
- private:
-  Recorder() = default;
 };
+
+namespace {
+
+// The one Recorder: built before any code runs (constinit: no allocation, no guard on the
+// way to it) and never destroyed, since a hook may come late, even during exit.
+union NeverDestroyed {
+  Recorder recorder;
+  constexpr NeverDestroyed() : recorder() {}
+  ~NeverDestroyed() {}
+};
+constinit NeverDestroyed g_recorder;
+
+}  // namespace
+
+Recorder& Recorder::get() noexcept { return g_recorder.recorder; }
 
 ProfilerState::ProfilerState() : start_ns_(host_now_ns()) {}
 
