@@ -34,6 +34,28 @@ constexpr auto kStopSlice = std::chrono::milliseconds(20);
 // The calling thread's open HostWaitScope (null: none).
 thread_local HostWaitScope* t_wait_scope = nullptr;
 
+// "f32[512, 512], f32[512, 512] -> f32[512, 512]"; empty if there is no memory for it.
+std::string describe_tensors(std::span<TensorState* const> reads,
+                             std::span<TensorState* const> writes) noexcept {
+  try {
+    auto list = [](std::span<TensorState* const> ts) {
+      std::string out;
+      for (std::size_t i = 0; i < ts.size(); ++i) {
+        if (i) out += ", ";
+        out += name(ts[i]->dtype);
+        out += to_string(ts[i]->shape);
+      }
+      return out;
+    };
+    std::string in = list(reads);
+    std::string out = list(writes);
+    if (out.empty()) return in;
+    return in.empty() ? "-> " + out : in + " -> " + out;
+  } catch (...) {
+    return {};  // out of memory: the op is profiled without it
+  }
+}
+
 }  // namespace
 
 // The core's observer while a profiler runs: each hook takes the lock, finds the running
@@ -67,7 +89,7 @@ class Recorder final : public Observer {
   void on_launch(const StreamState& stream, const Ref<Work>& work, std::span<TensorState* const> reads,
                  std::span<TensorState* const> writes) noexcept override {
     // "marker" fits in the string itself: no allocation that could fail.
-    std::string detail = work->is_marker() ? std::string("marker") : ProfilerState::describe_tensors(reads, writes);
+    std::string detail = work->is_marker() ? std::string("marker") : describe_tensors(reads, writes);
     locked([&](ProfilerState& s) {
       s.add_op(stream, work, std::move(detail), ProfilerState::OpRole::op, 0);
     });
@@ -167,27 +189,6 @@ void ProfilerState::stop_recording() noexcept {
   stopped_ = true;
   r.uninstall(this);
   dropped = std::move(recorded_);
-}
-
-std::string ProfilerState::describe_tensors(std::span<TensorState* const> reads,
-                                            std::span<TensorState* const> writes) noexcept {
-  try {
-    auto list = [](std::span<TensorState* const> ts) {
-      std::string out;
-      for (std::size_t i = 0; i < ts.size(); ++i) {
-        if (i) out += ", ";
-        out += name(ts[i]->dtype);
-        out += to_string(ts[i]->shape);
-      }
-      return out;
-    };
-    std::string in = list(reads);
-    std::string out = list(writes);
-    if (out.empty()) return in;
-    return in.empty() ? "-> " + out : in + " -> " + out;
-  } catch (...) {
-    return {};  // out of memory: the op is profiled without it
-  }
 }
 
 std::uint64_t ProfilerState::id_of(const Work* work) const noexcept {

@@ -42,7 +42,6 @@ namespace eventide::detail {
 
 class Recorder;
 class StreamState;
-class TensorState;
 
 class ProfilerState {
  public:
@@ -58,10 +57,6 @@ class ProfilerState {
 
   // Entries left out of the profile for lack of memory.
   std::uint64_t entries_lost() const noexcept { return lost_.load(std::memory_order_relaxed); }
-
-  // "f32[512, 512], f32[512, 512] -> f32[512, 512]"; empty if there is no memory for it.
-  static std::string describe_tensors(std::span<TensorState* const> reads,
-                                      std::span<TensorState* const> writes) noexcept;
 
  private:
   friend class Recorder;
