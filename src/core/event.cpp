@@ -2,7 +2,6 @@
 // public Event. Waiting is in wait.cpp, the UserEvent's rounds in user_event.cpp.
 #include <algorithm>
 #include <atomic>
-#include <limits>
 
 #include "core/event_state.hpp"
 #include "core/runtime.hpp"
