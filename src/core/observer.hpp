@@ -3,7 +3,8 @@
 // ObserverInterface. The core calls the hooks and knows nothing of what they record.
 //
 // States: no observer (g_observer null: the default) -> one installed (set_observer(p)) ->
-// none again (set_observer(nullptr)). One at a time: the one who installs it says who may.
+// none again (set_observer(nullptr)). One at a time: installing replaces, so whoever installs
+// keeps others out (a second Profiler is a StateError).
 //
 // Cost: every hook site on a hot path (an op's launch, a stream's wait, a record, a host
 // wait that blocks, a callback) reads the pointer once, relaxed, and does nothing more when it
