@@ -142,14 +142,21 @@ class Event {
   // inside this call; at once (on that thread) if it has already finished. `fn` takes no
   // arguments and may call any eventide API, including error() on this event. The callable
   // is moved into the runtime. StateError on an EMPTY event (it would never be called);
-  // InvalidArgument for a null callable.
+  // InvalidArgument for a null callable. Returns the callback's id, for remove_callback.
+  using CallbackId = std::uint64_t;
   template <class F>
-  void add_callback(F&& fn) {
+  CallbackId add_callback(F&& fn) {
     if constexpr (detail::is_nullable_callable<std::decay_t<F>>) {
       if (fn == nullptr) throw_null_callback();
     }
-    add_callback_impl(detail::Callback(std::forward<F>(fn)));
+    return add_callback_impl(detail::Callback(std::forward<F>(fn)));
   }
+  // Takes back a callback that has not run (the event has not finished since it was added):
+  // true, and it never runs; its callable is destroyed on this thread, with no runtime lock
+  // held. False if it has run, runs or will run (exactly once), or if the id is not one of
+  // this event's: harmless from any thread at any time. For a waiter that gives up (a
+  // cancelled asyncio await).
+  bool remove_callback(CallbackId id) noexcept;
 
   // "<Event pending on cpu, 2 ops>".
   std::string str() const;
@@ -163,7 +170,7 @@ class Event {
   explicit Event(std::shared_ptr<detail::EventState> state) noexcept : state_(std::move(state)) {}
 
  private:
-  void add_callback_impl(detail::Callback fn);
+  CallbackId add_callback_impl(detail::Callback fn);
   [[noreturn]] static void throw_null_callback();
 
   std::shared_ptr<detail::EventState> state_;

@@ -6,6 +6,7 @@
 // Thread-safety: every function may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <string_view>
@@ -15,10 +16,16 @@
 namespace eventide {
 
 // Blocks until all work enqueued so far on every stream of `device` (of every device, for
-// the first form) has finished. Does not throw for failed ops: their events and tensors
-// carry the errors.
+// the first form) has finished (SyncPoint). Does not throw for failed ops: their events and
+// tensors carry the errors; throws DeviceError if a device has failed as a whole (a GPU's
+// sticky error).
 void synchronize();
 void synchronize(Device device);
+// Like synchronize(), up to `timeout`: true once that work has finished (then DeviceError if a
+// device has failed), false on timeout. See SyncPoint (stream.hpp) to wait in steps for a
+// fixed end.
+bool synchronize_for(std::chrono::nanoseconds timeout);
+bool synchronize_for(Device device, std::chrono::nanoseconds timeout);
 
 // Called, on the callback thread, with the exception a callback threw and a description of
 // where it came from ("callback of <Event finished on cpu, 1 op>"). The default prints both

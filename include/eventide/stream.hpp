@@ -17,6 +17,7 @@
 // enqueued runs to the end.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "eventide/detail/callback.hpp"
+#include "eventide/detail/duration.hpp"
 #include "eventide/device.hpp"
 #include "eventide/event.hpp"
 
@@ -37,6 +39,12 @@ class Tensor;
 namespace detail {
 class StreamState;
 }
+
+// How far Stream::wait orders the stream's later work.
+enum class WaitScope {
+  eventide_work,  // eventide's own ops and markers (the default)
+  native_stream,  // also what any code launches on the native stream after the call
+};
 
 class Stream {
  public:
@@ -76,6 +84,12 @@ class Stream {
   // a CPU op) is held on the host and launched when it finishes (see GUARANTEES.md: work
   // other code launches on the native stream meanwhile does not wait for it).
   void wait(const Event& event);
+  // wait(event), and with `WaitScope::native_stream` also every later launch on the native
+  // stream by any code (another library's kernels: DLPack's stream handshake). Where part of
+  // the event's work is still held on the host (behind a UserEvent or a CPU op), the GPU
+  // cannot be told to wait for it: the calling thread then blocks until the event has
+  // finished, and rethrows its error. On the CPU the two scopes are the same.
+  void wait(const Event& event, WaitScope scope);
   // PyTorch's spelling of wait(event).
   void wait_event(const Event& event) { wait(event); }
   // Later work on this stream starts after the work enqueued so far on `other` (through a
@@ -92,6 +106,14 @@ class Stream {
   // the native stream too). Does not throw for failed ops (their events and tensors carry the
   // errors); throws DeviceError if the device has failed.
   void synchronize() const;
+  // Like synchronize(), up to `timeout`: true once the work enqueued before the call has
+  // finished (then DeviceError if the device has failed), false on timeout. Waiting again
+  // waits for the same work: use a SyncPoint to wait in steps for a fixed end.
+  bool synchronize_for(std::chrono::nanoseconds timeout) const;
+  template <class Rep, class Period>
+  bool synchronize_for(std::chrono::duration<Rep, Period> timeout) const {
+    return synchronize_for(detail::saturating_ns(timeout));
+  }
   // Why the stream is broken (a wait on a failed event), else null.
   std::exception_ptr error() const;
 
@@ -125,6 +147,48 @@ class Stream {
                      std::vector<Tensor> writes);
 
   std::shared_ptr<detail::StreamState> state_;
+};
+
+// The end of the work enqueued so far on one stream, on every stream of a device, or on every
+// stream of every device: what synchronize() waits for, as a value that can be polled and
+// waited for in steps (by a caller that checks for signals between them, as the Python
+// package does). Fixed when it is made: work enqueued later is not part of it, so waiting in
+// steps never chases other threads' new work.
+//   ev::SyncPoint end(ev::Device::cuda(0));
+//   while (!end.wait_for(20ms)) check_for_interrupts();
+// Making one never blocks; on a stream with a native one (a GPU) it places a marker, which
+// also covers the work other code launched there. Thread-safety: const members from any
+// thread. Lifetime: holds the streams it covers.
+class SyncPoint {
+ public:
+  explicit SyncPoint(const Stream& stream);
+  // Every stream of `device` that is alive. InvalidArgument if the device is not available.
+  explicit SyncPoint(Device device);
+  // Every stream of every device.
+  SyncPoint();
+
+  // Non-blocking: true once all of it has finished (also when ops in it failed).
+  bool query() const;
+  // Blocks until all of it has finished; then throws DeviceError if a device it covers has
+  // failed as a whole (a GPU's sticky error). Failed ops do not throw: their events and
+  // tensors carry the errors.
+  void wait() const;
+  // Like wait(), up to `timeout`: false on timeout (and no DeviceError check then).
+  bool wait_for(std::chrono::nanoseconds timeout) const;
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
+    return wait_for(detail::saturating_ns(timeout));
+  }
+
+ private:
+  struct Point {
+    std::shared_ptr<detail::StreamState> stream;
+    std::uint64_t seq;
+  };
+  void add(const std::shared_ptr<detail::StreamState>& stream);
+  bool wait_until(const std::optional<std::chrono::steady_clock::time_point>& deadline) const;
+
+  std::vector<Point> points_;
 };
 
 // Makes `stream` the calling thread's current stream for its device for the guard's scope,

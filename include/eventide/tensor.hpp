@@ -37,9 +37,15 @@ namespace eventide {
 
 using Shape = std::vector<std::int64_t>;
 
+class Stream;
 namespace detail {
 class TensorState;
 }
+
+// Whether holders of a tensor's memory may write it. eventide's ops write only the new tensors
+// they return, never their inputs, so read-only memory is an input like any other; what must
+// not happen is that it is handed on as writable (DLPack export).
+enum class Access { read_write, read_only };
 
 class Tensor {
  public:
@@ -77,6 +83,15 @@ class Tensor {
     return out;
   }
 
+  // Waits for the producer, then copies the nbytes() bytes of the contents into host memory
+  // at `out`. InvalidArgument unless `as` is the tensor's dtype; rethrows the producer's
+  // error.
+  void copy_to_host(void* out, DType as) const;
+
+  // Whether holders of the memory may write it: eventide's own memory is read_write; memory
+  // another library lent (from_external) is as that library said.
+  Access access() const;
+
   // A copy on `device`, made asynchronously on the current stream of the source device.
   // The same tensor when it is already there.
   Tensor to(Device device) const;
@@ -109,7 +124,6 @@ class Tensor {
 
  private:
   bool wait_until(const std::optional<std::chrono::steady_clock::time_point>& deadline) const;
-  void copy_to_host(void* out, DType as) const;
   void check_element_type(DType as) const;
   void add_completion_callback_impl(detail::Callback fn) const;
   [[noreturn]] static void throw_null_callback();
@@ -147,6 +161,25 @@ Tensor from_host(const std::vector<T>& data, Shape shape, Device device = defaul
   check_host_size(data.size(), shape);
   return from_host(static_cast<const void*>(data.data()), std::move(shape), dtype_of<T>, device);
 }
+
+// Memory eventide did not allocate (a NumPy array's, a DLPack producer's), for from_external.
+struct ExternalMemory {
+  // The first element: host memory on the CPU, device memory on a GPU. C-contiguous.
+  void* data = nullptr;
+  // Keeps the memory alive. Released (its deleter run) when the last tensor and the last op
+  // that use the memory are done: on whatever thread that is, but never while the runtime
+  // holds a lock (a deleter may take a lock of its own, as Python's GIL).
+  std::shared_ptr<void> owner;
+  Access access = Access::read_write;
+};
+// A tensor over `memory`, without a copy. The first form is ready at once: the memory's
+// contents are final. The second is for memory another library's work is still producing on
+// `produced_on` (its native stream, wrapped by Stream::from_native): the tensor's producer is
+// a marker placed there now, so every op that uses it, on any stream, waits for that work.
+// InvalidArgument for a shape check_shape refuses, a null pointer with a non-empty shape, or
+// a device that is not available.
+Tensor from_external(ExternalMemory memory, Shape shape, DType dtype, Device device);
+Tensor from_external(ExternalMemory memory, Shape shape, DType dtype, const Stream& produced_on);
 
 // (m, k) @ (k, n) -> (m, n), or batched (b, m, k) @ (b, k, n) -> (b, m, n). Both on one
 // device, one dtype (f32 or f64 on the CPU).

@@ -534,7 +534,10 @@ std::chrono::duration<double, std::milli> Event::elapsed_time(const Event& end) 
 
 std::exception_ptr Event::error() const { return state_->error(); }
 void Event::reset() { state_->reset(); }
-void Event::add_callback_impl(detail::Callback fn) { state_->add_callback(std::move(fn)); }
+Event::CallbackId Event::add_callback_impl(detail::Callback fn) {
+  return state_->add_callback(std::move(fn));
+}
+bool Event::remove_callback(CallbackId id) noexcept { return state_->remove_callback(id); }
 void Event::throw_null_callback() { throw InvalidArgument("add_callback: the callback is null"); }
 std::string Event::str() const { return state_->str(); }
 

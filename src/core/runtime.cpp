@@ -347,24 +347,6 @@ bool is_available(Device device) noexcept {
 
 DeviceInfo device_info(Device device) { return detail::Runtime::get().context(device).backend().info(); }
 
-void synchronize() {
-  for (Device d : devices()) synchronize(d);
-}
-
-void synchronize(Device device) {
-  auto streams = detail::Runtime::get().context(device).live_streams();
-  // Every stream's sync point first (a marker on a GPU stream), then the waits.
-  std::vector<std::uint64_t> points;
-  points.reserve(streams.size());
-  for (auto& s : streams) points.push_back(s->sync_point());
-  for (std::size_t i = 0; i < streams.size(); ++i) {
-    detail::wait_for_fence(streams[i]->timeline(), points[i], std::nullopt);
-  }
-  for (auto& s : streams) {
-    if (auto e = s->device_error()) std::rethrow_exception(e);
-  }
-}
-
 void manual_seed(std::uint64_t seed) {
   for (Device d : devices()) manual_seed(seed, d);
 }

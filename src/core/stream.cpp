@@ -1,5 +1,6 @@
 // Streams: StreamState (core/stream_state.hpp), the public Stream and StreamGuard, and the
 // execution loop shared by host-run backends.
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -143,10 +144,6 @@ std::uint64_t StreamState::sync_point() {
   return enqueued_;
 }
 
-bool StreamState::synchronize_until(const Deadline& deadline) {
-  return wait_for_fence(*timeline_, sync_point(), deadline);
-}
-
 std::exception_ptr StreamState::error() const {
   std::lock_guard lock(submit_mu_);
   if (gate_ && gate_->done()) return gate_->error();
@@ -217,6 +214,21 @@ std::string Stream::str() const { return state_->name(); }
 
 void Stream::wait(const Event& event) { state_->wait(*event.state()); }
 
+void Stream::wait(const Event& event, WaitScope scope) {
+  if (scope == WaitScope::native_stream && state_->native_handle()) {
+    // Only work the device runs from a device-written timeline, already launched, can be
+    // waited for on the device; anything else (held GPU work, a CPU op, a UserEvent) is waited
+    // for here, so that the native stream's later launches follow it too.
+    detail::EventState::Snapshot snap = event.state()->snapshot();
+    const bool host_side =
+        std::any_of(snap.pending.begin(), snap.pending.end(), [](const detail::Ref<detail::Work>& w) {
+          return !w->launched() || !w->timeline().device_written();
+        });
+    if (host_side) event.wait();
+  }
+  wait(event);
+}
+
 void Stream::wait_stream(const Stream& other) {
   if (other.state_ == state_) return;  // a stream is always ordered after itself
   // A marker, not the last op: it also covers what other code enqueued on a native stream.
@@ -230,10 +242,6 @@ Event Stream::record_event(EventOptions options) const {
 }
 
 bool Stream::query() const { return state_->query(); }
-void Stream::synchronize() const {
-  state_->synchronize_until(std::nullopt);
-  if (auto e = state_->device_error()) std::rethrow_exception(e);
-}
 std::exception_ptr Stream::error() const { return state_->error(); }
 
 Event Stream::enqueue_impl(std::string name, detail::Callback fn, std::vector<Tensor> reads,

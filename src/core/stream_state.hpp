@@ -83,9 +83,6 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // will have finished: the last Work's, or, on a stream with a native one, a marker's
   // placed now (it covers the other code's work there too).
   std::uint64_t sync_point();
-  // Waits until all work enqueued before the call has finished (sync_point()); false on
-  // timeout.
-  bool synchronize_until(const Deadline& deadline);
   // The error of a failed wait (the stream is broken), else null.
   std::exception_ptr error() const;
   // A failure of the whole device (a GPU's sticky error), else null: synchronize raises it.

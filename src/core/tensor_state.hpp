@@ -27,19 +27,22 @@
 
 namespace eventide::detail {
 
-// A block of device memory. Backends subclass it to free memory their way.
+// A block of device memory. Backends subclass it to free memory their way; memory another
+// library lent is an ExternalStorage (ops/external.cpp).
 class Storage : public RefCounted {
  public:
-  Storage(void* data, std::size_t bytes, Device device) noexcept
-      : data_(data), bytes_(bytes), device_(device) {}
+  Storage(void* data, std::size_t bytes, Device device, Access access = Access::read_write) noexcept
+      : data_(data), bytes_(bytes), device_(device), access_(access) {}
   void* data() const noexcept { return data_; }
   std::size_t bytes() const noexcept { return bytes_; }
   Device device() const noexcept { return device_; }
+  Access access() const noexcept { return access_; }
 
  private:
   void* data_;
   std::size_t bytes_;
   Device device_;
+  Access access_;
 };
 
 class TensorState {

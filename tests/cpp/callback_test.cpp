@@ -1,7 +1,7 @@
 // Callbacks: Event::add_callback and Tensor::add_completion_callback run once each, on a
 // runtime thread, also for failed work and when added after completion; a throwing callback
 // is reported and does not stop the others; callbacks may call any eventide API. A callback
-// taken back (EventState::remove_callback, for Python's cancelled awaits) never runs and is
+// taken back (Event::remove_callback, for Python's cancelled awaits) never runs and is
 // freed at once, with the event if nothing else holds it.
 #include <atomic>
 #include <chrono>
@@ -303,12 +303,12 @@ TEST(CallbackTest, ACallbackTakenBackNeverRunsAndIsDestroyedAtOnce) {
     SharedCount calls = make_count(), kept_calls = make_count();
     auto token = std::make_shared<int>(0);
     std::weak_ptr<int> callable_alive = token;
-    const auto id = u.state()->add_callback([calls, token = std::move(token)] { calls->fetch_add(1); });
+    const auto id = u.add_callback([calls, token = std::move(token)] { calls->fetch_add(1); });
     EXPECT_NE(id, 0u);
-    u.state()->add_callback([kept_calls] { kept_calls->fetch_add(1); });
-    EXPECT_TRUE(u.state()->remove_callback(id));
+    u.add_callback([kept_calls] { kept_calls->fetch_add(1); });
+    EXPECT_TRUE(u.remove_callback(id));
     EXPECT_TRUE(callable_alive.expired()) << "the callable outlived remove_callback()";
-    EXPECT_FALSE(u.state()->remove_callback(id)) << "taken back twice";
+    EXPECT_FALSE(u.remove_callback(id)) << "taken back twice";
     u.set();
     EXPECT_TRUE(wait_for_count(*kept_calls, 1)) << "the other callback did not run";
     flush_callbacks();
@@ -320,15 +320,15 @@ TEST(CallbackTest, TakingBackACallbackHandedOverToRunIsFalseAndItRunsOnce) {
   run_with_deadline([] {
     ev::UserEvent u;
     SharedCount calls = make_count();
-    const auto id = u.state()->add_callback([calls] { calls->fetch_add(1); });
+    const auto id = u.add_callback([calls] { calls->fetch_add(1); });
     u.set();  // handed to the dispatcher: queued, running or done
-    EXPECT_FALSE(u.state()->remove_callback(id));
+    EXPECT_FALSE(u.remove_callback(id));
     // Added to a finished event: handed over at once.
-    const auto late = u.state()->add_callback([calls] { calls->fetch_add(1); });
+    const auto late = u.add_callback([calls] { calls->fetch_add(1); });
     EXPECT_NE(late, id);
-    EXPECT_FALSE(u.state()->remove_callback(late));
+    EXPECT_FALSE(u.remove_callback(late));
     EXPECT_TRUE(wait_for_count(*calls, 2));
-    EXPECT_FALSE(u.state()->remove_callback(late + 1000)) << "an unknown id";
+    EXPECT_FALSE(u.remove_callback(late + 1000)) << "an unknown id";
     flush_callbacks();
     std::this_thread::sleep_for(20ms);
     EXPECT_EQ(calls->load(), 2);
@@ -348,8 +348,8 @@ TEST(CallbackTest, TakingBackTheLastCallbackLetsGoOfAnEventNobodyHolds) {
       ev::Event e = s.enqueue("held", [] {});
       state = e.state();
       for (int i = 0; i < 3; ++i) {
-        const auto id = e.state()->add_callback([] {});
-        EXPECT_TRUE(e.state()->remove_callback(id));
+        const auto id = e.add_callback([] {});
+        EXPECT_TRUE(e.remove_callback(id));
       }
     }
     EXPECT_TRUE(state.expired()) << "the event outlived its last handle and callback";
@@ -358,9 +358,9 @@ TEST(CallbackTest, TakingBackTheLastCallbackLetsGoOfAnEventNobodyHolds) {
     {
       ev::Event e = s.enqueue("held", [] {});
       state = e.state();
-      const auto gone = e.state()->add_callback([calls] { calls->fetch_add(100); });
-      e.state()->add_callback([calls] { calls->fetch_add(1); });
-      EXPECT_TRUE(e.state()->remove_callback(gone));
+      const auto gone = e.add_callback([calls] { calls->fetch_add(100); });
+      e.add_callback([calls] { calls->fetch_add(1); });
+      EXPECT_TRUE(e.remove_callback(gone));
     }
     EXPECT_FALSE(state.expired()) << "an event with a callback left was freed";
     gate.set();
@@ -376,15 +376,15 @@ TEST(CallbackTest, CallbacksAndWaitersAfterTheLastCallbackWasTakenBackStillRunAn
     ev::Stream s = gated_stream(gate);
     ev::Event e = s.enqueue("held", [] {});
     for (int i = 0; i < 100; ++i) {  // armed and taken back, over and over
-      EXPECT_TRUE(e.state()->remove_callback(e.state()->add_callback([] {})));
+      EXPECT_TRUE(e.remove_callback(e.add_callback([] {})));
     }
     SharedCount calls = make_count();
     e.add_callback([calls] { calls->fetch_add(1); });
     std::atomic<bool> woke{false};
     std::thread waiter([&] { woke = e.wait_for(60s); });
     std::this_thread::sleep_for(20ms);  // the waiter registers
-    const auto id = e.state()->add_callback([] {});
-    EXPECT_TRUE(e.state()->remove_callback(id));  // not the last: the event stays armed
+    const auto id = e.add_callback([] {});
+    EXPECT_TRUE(e.remove_callback(id));  // not the last: the event stays armed
     gate.set();
     waiter.join();
     EXPECT_TRUE(woke.load()) << "a waiter was not woken";
@@ -393,7 +393,7 @@ TEST(CallbackTest, CallbacksAndWaitersAfterTheLastCallbackWasTakenBackStillRunAn
     ev::UserEvent gate2;
     ev::Stream s2 = gated_stream(gate2);
     ev::Event e2 = s2.enqueue("held", [] {});
-    EXPECT_TRUE(e2.state()->remove_callback(e2.state()->add_callback([] {})));
+    EXPECT_TRUE(e2.remove_callback(e2.add_callback([] {})));
     std::thread setter([&] {
       std::this_thread::sleep_for(20ms);
       gate2.set();
@@ -426,8 +426,8 @@ TEST(CallbackTest, TakingBackRacingCompletionEitherTakesBackOrRunsEachCallbackOn
         std::mt19937 rng(static_cast<unsigned>(round * 131 + id));
         for (int i = 0; i < per_thread; ++i) {
           const std::size_t slot = static_cast<std::size_t>((round * threads + id) * per_thread + i);
-          const auto cb_id = u.state()->add_callback([ran, slot] { (*ran)[slot].fetch_add(1); });
-          if (rng() % 4 != 0) taken_back[slot] = u.state()->remove_callback(cb_id) ? 1 : 0;
+          const auto cb_id = u.add_callback([ran, slot] { (*ran)[slot].fetch_add(1); });
+          if (rng() % 4 != 0) taken_back[slot] = u.remove_callback(cb_id) ? 1 : 0;
         }
       });
     }

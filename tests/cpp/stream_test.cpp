@@ -464,3 +464,85 @@ TEST(StreamTest, EnqueueReturnsAnEventRecordedOnTheOp) {
 }
 
 }  // namespace
+
+// --- SyncPoint and the timed synchronize ------------------------------------------------------
+
+TEST(SyncPointTest, CoversTheWorkEnqueuedBeforeItAndNothingLater) {
+  run_with_deadline([] {
+    ev::UserEvent first, later;
+    ev::Stream s = gated_stream(first);
+    ev::Tensor before;
+    {
+      ev::StreamGuard g(s);
+      before = ev::ones({4});
+    }
+    ev::SyncPoint end(s);
+    EXPECT_FALSE(end.query());
+    EXPECT_FALSE(end.wait_for(10ms)) << "finished before the gated work ran";
+    // Work enqueued after the point, held by another gate: not part of it, so waiting in steps
+    // never chases it.
+    s.wait(later);
+    {
+      ev::StreamGuard g(s);
+      (void)ev::ones({4});
+    }
+    first.set();
+    EXPECT_TRUE(end.wait_for(30s));
+    EXPECT_TRUE(end.query());
+    EXPECT_TRUE(before.ready());
+    EXPECT_FALSE(s.query()) << "the later work ran before its gate was set";
+    later.set();
+    s.synchronize();
+  });
+}
+
+TEST(SyncPointTest, OfADeviceCoversEveryLiveStreamOfIt) {
+  run_with_deadline([] {
+    ev::UserEvent gate;
+    ev::Stream a = gated_stream(gate), b = gated_stream(gate);
+    ev::Event ea = a.enqueue("a", [] {}), eb = b.enqueue("b", [] {});
+    ev::SyncPoint device_end(ev::Device::cpu());
+    ev::SyncPoint all_end;
+    EXPECT_FALSE(device_end.wait_for(10ms));
+    EXPECT_FALSE(all_end.query());
+    EXPECT_FALSE(ev::synchronize_for(ev::Device::cpu(), 10ms));
+    EXPECT_FALSE(ev::synchronize_for(5ms));
+    EXPECT_FALSE(a.synchronize_for(5ms));
+    gate.set();
+    device_end.wait();
+    EXPECT_TRUE(ea.poll());
+    EXPECT_TRUE(eb.poll());
+    EXPECT_TRUE(all_end.wait_for(30s));
+    EXPECT_TRUE(ev::synchronize_for(30s));
+    EXPECT_TRUE(b.synchronize_for(30s));
+  });
+}
+
+TEST(SyncPointTest, FailedOpsDoNotThrowFromSynchronize) {
+  run_with_deadline([] {
+    ev::Stream s;
+    ev::Event failed = s.enqueue("throws", [] { throw UserError("boom"); });
+    EXPECT_TRUE(s.synchronize_for(30s));  // the op's event carries the error
+    EXPECT_NO_THROW(ev::SyncPoint(s).wait());
+    EXPECT_NE(failed.error(), nullptr);
+  });
+}
+
+TEST(SyncPointTest, OfAnUnavailableDeviceIsAnInvalidArgument) {
+  EXPECT_THROW(ev::SyncPoint(ev::Device::cuda(63)), ev::InvalidArgument);
+  EXPECT_THROW((void)ev::synchronize_for(ev::Device::cuda(63), 1ms), ev::InvalidArgument);
+}
+
+TEST(StreamTest, WaitWithTheNativeScopeOnTheCpuIsAPlainWait) {
+  run_with_deadline([] {
+    ev::UserEvent gate;
+    ev::Stream s;
+    auto t0 = Clock::now();
+    s.wait(gate, ev::WaitScope::native_stream);  // no native stream: never blocks
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 1.0);
+    ev::Event after = s.enqueue("after", [] {});
+    EXPECT_FALSE(after.wait_for(20ms));
+    gate.set();
+    EXPECT_TRUE(after.wait_for(30s));
+  });
+}
