@@ -4,9 +4,9 @@
 #include <cmath>
 #include <thread>
 
-#include "core/profiler_state.hpp"
-#include "core/runtime_lock.hpp"
 #include "eventide/errors.hpp"
+#include "eventide/interop.hpp"
+#include "eventide/profiler.hpp"
 
 namespace eventide::python {
 
@@ -45,7 +45,7 @@ void PyHandle::reset() noexcept {
   if (!obj || !python_alive()) return;
   // Taking the GIL under a runtime lock could freeze the process (runtime_lock.hpp): then the
   // release waits until this thread holds none.
-  detail::run_when_unlocked(&release_now, obj);
+  interop::run_when_unlocked(&release_now, obj);
 }
 
 PythonError::PythonError(py::object exc) {
@@ -134,11 +134,11 @@ bool wait_interruptible(const std::function<bool()>& ready,
                         std::optional<double> timeout_s) {
   if (ready()) return true;
   // For a profiler: the slices are one wait.
-  detail::HostWaitGroup wait_group;
+  HostWaitScope wait_group;
   using namespace std::chrono;
   constexpr nanoseconds kSlice = milliseconds(20);
   std::optional<steady_clock::time_point> deadline;
-  if (timeout_s && *timeout_s < 1e9) {
+  if (timeout_s && *timeout_s < kNoLimitSeconds) {
     deadline = steady_clock::now() + duration_cast<nanoseconds>(duration<double>(*timeout_s));
   }
   for (;;) {

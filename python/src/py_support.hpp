@@ -3,6 +3,7 @@
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <atomic>
 #include <chrono>
@@ -71,6 +72,10 @@ py::object to_python_exception(const std::exception_ptr& error);
 bool wait_interruptible(const std::function<bool()>& ready,
                         const std::function<bool(std::chrono::nanoseconds)>& try_wait,
                         std::optional<double> timeout_s);
+
+// A timeout this long (about 31 years) means no limit: the deadline it gives would be beyond
+// what a time point in nanoseconds holds (about 292 years) for much longer ones.
+inline constexpr double kNoLimitSeconds = 1e9;
 
 // A timeout in seconds from Python: None, or a non-negative number.
 std::optional<double> parse_timeout(const py::object& timeout);

@@ -467,6 +467,16 @@ try:
     results['synchronize'] = 'returned'
 except ev.DeviceError:
     results['synchronize'] = 'DeviceError'
+# Every synchronize raises it, as in C++: the device-wide one for every device, a stream's (the
+# one that held work, and the default stream, which did nothing since).
+for name, sync in (('synchronize all', lambda: ev.synchronize()),
+                   ('stream synchronize', lambda: s.synchronize()),
+                   ('default stream synchronize', lambda: ev.default_stream(GPU).synchronize())):
+    try:
+        sync()
+        results[name] = 'returned'
+    except ev.DeviceError:
+        results[name] = 'DeviceError'
 try:
     ev.ones(4, device=GPU).wait(timeout=10)
     results['new op'] = 'returned'
@@ -483,7 +493,8 @@ print(results, flush=True)
 def test_a_sticky_error_fails_waiters_pollers_awaits_and_callbacks_without_a_hang():
     """A device-side assert (PyTorch's, on the shared context) while Python threads wait, poll
     and await eventide work held behind a UserEvent: every one of them ends with DeviceError,
-    the callback runs once, synchronize and new ops raise DeviceError, nothing hangs."""
+    the callback runs once, every synchronize (device, all devices, streams) and new ops raise
+    DeviceError, nothing hangs."""
     import ast
     import subprocess
     import sys
@@ -495,5 +506,8 @@ def test_a_sticky_error_fails_waiters_pollers_awaits_and_callbacks_without_a_han
     assert results["await"] == "DeviceError", results
     assert results["poll"].startswith("finished, error: DeviceError"), results
     assert results["synchronize"] == "DeviceError", results
+    assert results["synchronize all"] == "DeviceError", results
+    assert results["stream synchronize"] == "DeviceError", results
+    assert results["default stream synchronize"] == "DeviceError", results
     assert results["new op"] == "DeviceError", results
     assert results["callbacks"] == ["inflight"], results

@@ -10,7 +10,7 @@
 #include "backends/cpu/blas.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "eventide/errors.hpp"
-#include "ops/half.hpp"
+#include "eventide/half.hpp"
 #include "ops/philox.hpp"
 
 namespace eventide::backends::cpu {
@@ -105,8 +105,8 @@ class CpuKernels final : public ops::Kernels {
     switch (out.dtype) {
       case DType::f16:
       case DType::bf16: {
-        std::uint16_t bits = out.dtype == DType::f16 ? ops::float_to_f16(static_cast<float>(value))
-                                                     : ops::float_to_bf16(static_cast<float>(value));
+        std::uint16_t bits = out.dtype == DType::f16 ? float_to_f16(static_cast<float>(value))
+                                                     : float_to_bf16(static_cast<float>(value));
         body = [mem, n, bits] {
           auto* p = static_cast<std::uint16_t*>(mem->data());
           for (std::int64_t i = 0; i < n; ++i) p[i] = bits;

@@ -1,11 +1,12 @@
-// f16 and bf16 bit conversions (round to nearest even), for filling tensors of those types
-// on devices that store but do not compute them.
+// eventide/half.hpp: f32 to f16 and bf16 bits, rounded to nearest even (NaN stays NaN, f16
+// overflows to infinity), for filling tensors of those types from host values (from_host
+// takes their bits as std::uint16_t). Pure functions: any thread.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-namespace eventide::ops {
+namespace eventide {
 
 inline std::uint16_t float_to_bf16(float f) {
   std::uint32_t x;
@@ -40,4 +41,4 @@ inline std::uint16_t float_to_f16(float f) {
   return static_cast<std::uint16_t>(sign | h);
 }
 
-}  // namespace eventide::ops
+}  // namespace eventide

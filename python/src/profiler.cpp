@@ -1,0 +1,154 @@
+// The profiler: Profiler.stop and the Profile's contents as Python lists of dicts.
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "bindings.hpp"
+
+namespace eventide::python {
+
+using namespace pybind11::literals;
+using std::chrono::nanoseconds;
+
+namespace {
+
+py::object optional_float(const std::optional<double>& v) {
+  return v ? py::object(py::float_(*v)) : py::object(py::none());
+}
+
+py::list ops_list(const Profile& p) {
+  py::list out;
+  for (const ProfiledOp& op : p.ops()) {
+    py::dict d("id"_a = op.id, "name"_a = op.name, "stream"_a = op.stream, "device"_a = op.device,
+               "seq"_a = op.seq, "detail"_a = op.detail, "is_wait"_a = op.is_wait,
+               "is_marker"_a = op.is_marker,
+               "finished"_a = op.finished, "start_us"_a = optional_float(op.start_us),
+               "end_us"_a = optional_float(op.end_us));
+    d["duration_us"] = op.start_us && op.end_us ? py::object(py::float_(*op.end_us - *op.start_us))
+                                                : py::object(py::none());
+    d["error"] = op.error.empty() ? py::object(py::none()) : py::object(py::str(op.error));
+    d["waits_for"] = py::cast(op.waits_for);
+    out.append(std::move(d));
+  }
+  return out;
+}
+
+py::list records_list(const Profile& p) {
+  py::list out;
+  for (const ProfiledRecord& r : p.records()) {
+    out.append(py::dict("event"_a = r.event, "event_name"_a = r.event_name,
+                        "op"_a = r.op ? py::object(py::int_(r.op)) : py::object(py::none()),
+                        "at_us"_a = r.at_us));
+  }
+  return out;
+}
+
+py::list host_waits_list(const Profile& p) {
+  py::list out;
+  for (const ProfiledHostWait& h : p.host_waits()) {
+    out.append(py::dict("event"_a = h.event, "thread"_a = h.thread, "start_us"_a = h.start_us,
+                        "end_us"_a = h.end_us, "finished"_a = h.finished, "ops"_a = h.ops));
+  }
+  return out;
+}
+
+py::list callbacks_list(const Profile& p) {
+  py::list out;
+  for (const ProfiledCallback& c : p.callbacks()) {
+    out.append(py::dict("event"_a = c.event ? py::object(py::int_(c.event)) : py::object(py::none()),
+                        "thread"_a = c.thread, "start_us"_a = c.start_us, "end_us"_a = c.end_us));
+  }
+  return out;
+}
+
+// A str or os.PathLike.
+std::string to_path(const py::object& path) {
+  return py::str(py::module_::import("os").attr("fspath")(path)).cast<std::string>();
+}
+
+}  // namespace
+
+void bind_profiler(py::module_& m) {
+  py::class_<Profile>(m, "Profile",
+                      "What a profiler recorded: ops, event records, host waits, callbacks. Times "
+                      "are microseconds from the profile's start, on the host's clock.")
+      .def_property_readonly("ops", &ops_list,
+                             "One dict per op: id, name, stream, device, seq, detail, is_wait, is_marker, "
+                             "finished, start_us, end_us, duration_us, error, waits_for.")
+      .def_property_readonly("records", &records_list, "One dict per event record: event, event_name, op, at_us.")
+      .def_property_readonly("host_waits", &host_waits_list,
+                             "One dict per host wait: event, thread, start_us, end_us, finished, ops.")
+      .def_property_readonly("callbacks", &callbacks_list, "One dict per callback run: event, thread, start_us, end_us.")
+      .def_property_readonly("duration_us", &Profile::duration_us)
+      .def("chrome_trace", &Profile::chrome_trace, py::call_guard<py::gil_scoped_release>(),
+           "The Chrome trace (JSON text) that Perfetto and chrome://tracing load.")
+      .def("export_chrome_trace",
+           [](const Profile& p, const py::object& path) {
+             std::string where = to_path(path);
+             py::gil_scoped_release release;
+             p.export_chrome_trace(where);
+           },
+           "path"_a, "Write the Chrome trace (JSON) to `path`.")
+      .def("timeline_html", &Profile::timeline_html, py::call_guard<py::gil_scoped_release>(),
+           "A self-contained HTML page with the timeline as SVG.")
+      .def("export_timeline",
+           [](const Profile& p, const py::object& path) {
+             std::string where = to_path(path);
+             py::gil_scoped_release release;
+             p.export_timeline(where);
+           },
+           "path"_a, "Write the timeline page (HTML) to `path`.")
+      .def("__repr__", [](const Profile& p) { return "<eventide." + p.str().substr(1); });
+
+  py::class_<Profiler>(m, "Profiler",
+                       "Records device work from its creation until stop(). One at a time per "
+                       "process. ev.profile() is the context manager over it.")
+      .def(py::init<>())
+      .def("stop",
+           [](Profiler& profiler, const py::object& timeout) {
+             auto seconds = parse_timeout(timeout);
+             auto limit = seconds ? std::chrono::duration_cast<nanoseconds>(
+                                        std::chrono::duration<double>(std::min(*seconds, kNoLimitSeconds)))
+                                  : nanoseconds(Profiler::kDefaultStopTimeout);
+             // The GIL is let go and taken back by hand, not by gil_scoped_release: at
+             // interpreter exit, taking it back ends a daemon thread by unwinding its stack
+             // (pthread_exit), and a guard's destructor taking it again during that unwind
+             // would be std::terminate. Once Python is going away, the thread sleeps instead.
+             struct Interrupted {};
+             PyThreadState* thread = PyEval_SaveThread();
+             auto take_gil = [&thread] {
+               if (!python_alive()) {
+                 for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+               }
+               PyEval_RestoreThread(thread);
+             };
+             std::optional<Profile> profile;
+             try {
+               // Ctrl-C ends the wait: the signal handlers run between its slices.
+               profile = profiler.stop(limit, [&] {
+                 take_gil();
+                 const bool signalled = PyErr_CheckSignals() != 0;  // the error stays set
+                 thread = PyEval_SaveThread();
+                 if (signalled) throw Interrupted{};
+               });
+             } catch (abi::__forced_unwind&) {
+               throw;
+             } catch (const Interrupted&) {
+               take_gil();
+               throw py::error_already_set();
+             } catch (...) {
+               take_gil();
+               throw;
+             }
+             take_gil();
+             return std::move(*profile);
+           },
+           "timeout"_a = py::none(),
+           "Stop recording and return the Profile once the recorded work has finished and its "
+           "times are known (at most `timeout` seconds, default 10; work unfinished then is marked "
+           "so). Releases the GIL. EventStateError if already stopped.");
+
+}
+
+}  // namespace eventide::python

@@ -1,0 +1,237 @@
+// Tensors: the class, creation, the ops, and ev.tensor(data).
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "bindings.hpp"
+#include "eventide/half.hpp"
+
+namespace eventide::python {
+
+using namespace pybind11::literals;
+using std::chrono::nanoseconds;
+
+namespace {
+
+Tensor py_matmul(const Tensor& a, const Tensor& b) {
+  sync_current_streams();
+  return eventide::matmul(a, b);
+}
+Tensor py_add(const Tensor& a, const Tensor& b) {
+  sync_current_streams();
+  return eventide::add(a, b);
+}
+Tensor py_mul(const Tensor& a, const Tensor& b) {
+  sync_current_streams();
+  return eventide::mul(a, b);
+}
+
+
+void refuse_values_beyond(const py::array& values, DType want) {
+  const std::string kind = py::str(values.dtype().attr("kind")).cast<std::string>();
+  if (values.size() == 0 || (kind != "f" && kind != "i" && kind != "u" && kind != "O")) return;
+  py::object lo, hi;
+  try {
+    lo = values.attr("min")();  // (a NaN in a float array is its min and its max)
+    hi = values.attr("max")();
+  } catch (const py::error_already_set&) {
+    if (kind != "O") throw;
+    return;  // objects that do not compare
+  }
+  auto as_python = [](py::object v) { return py::hasattr(v, "item") ? v.attr("item")() : v; };
+  lo = as_python(lo);
+  hi = as_python(hi);
+  const bool i32 = want == DType::i32;
+  const std::int64_t min_value = i32 ? std::numeric_limits<std::int32_t>::min()
+                                     : std::numeric_limits<std::int64_t>::min();
+  const std::int64_t max_value = i32 ? std::numeric_limits<std::int32_t>::max()
+                                     : std::numeric_limits<std::int64_t>::max();
+  const py::int_ min(min_value), max(max_value);
+  auto fits = [&](const py::object& v) {
+    if (PyFloat_Check(v.ptr()) && !std::isfinite(PyFloat_AS_DOUBLE(v.ptr()))) return false;
+    if (!PyFloat_Check(v.ptr()) && !PyLong_Check(v.ptr())) return true;  // the cast decides
+    py::object whole = py::reinterpret_steal<py::object>(PyNumber_Long(v.ptr()));  // truncates
+    if (!whole) throw py::error_already_set();
+    return !(whole < min) && !(whole > max);
+  };
+  if (!fits(lo) || !fits(hi)) {
+    throw InvalidArgument("tensor: the values (" + py::str(lo).cast<std::string>() + " to " +
+                          py::str(hi).cast<std::string>() + ") do not fit in " + py_name(want) +
+                          " (" + std::to_string(min_value) + " to " + std::to_string(max_value) +
+                          ")");
+  }
+}
+
+// ev.tensor(data): a copy of any array-like. Python floats become float32 and ints int64 (as
+// in PyTorch) unless `dtype` says otherwise; NumPy arrays keep their dtype.
+Tensor tensor_from_data(const py::object& data, const py::object& dtype_obj,
+                        const py::object& device_obj) {
+  py::module_ np = py::module_::import("numpy");
+  Device device = device_or_default(device_obj);
+  sync_current_streams();
+  if (py::isinstance<Tensor>(data)) {
+    Tensor t = data.cast<Tensor>();
+    if (!dtype_obj.is_none() && to_dtype(dtype_obj) != t.dtype()) {
+      throw InvalidArgument("tensor: converting the dtype of a tensor is not supported");
+    }
+    return t.to(device);
+  }
+  // np.asarray(order="C"), not ascontiguousarray, which makes a 0-d array 1-d.
+  auto as_array = [&](py::object dtype) -> py::array {
+    try {
+      return np.attr("asarray")(data, "dtype"_a = dtype, "order"_a = "C");
+    } catch (const py::error_already_set& e) {
+      // (OverflowError: an int beyond 64 bits in data not all numbers, [2**64, "1"])
+      if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError) &&
+          !e.matches(PyExc_OverflowError)) {
+        throw;
+      }
+      throw InvalidArgument(std::string("tensor: cannot make an array of the data: ") + e.what());
+    }
+  };
+  py::array arr;
+  if (dtype_obj.is_none()) {
+    arr = native_order(as_array(py::none()));
+    if (!py::isinstance<py::array>(data)) {
+      std::string kind = py::str(arr.dtype().attr("kind")).cast<std::string>();
+      if (kind == "f") arr = arr.attr("astype")("float32", "order"_a = "C");
+      // NumPy makes ints beyond int64 uint64 ([2**63]) or objects ([2**64]).
+      if (kind == "u" || kind == "O") refuse_values_beyond(arr, DType::i64);
+      if (kind == "i" || kind == "u" || kind == "b") arr = arr.attr("astype")("int64", "order"_a = "C");
+    }
+  } else {
+    DType want = to_dtype(dtype_obj);
+    if (want == DType::bf16) {
+      py::array f = as_array(py::str("float32"));
+      std::vector<std::uint16_t> bits(static_cast<std::size_t>(f.size()));
+      const float* src = static_cast<const float*>(f.data());
+      for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = float_to_bf16(src[i]);
+      Shape shape(f.shape(), f.shape() + f.ndim());
+      return eventide::from_host(bits.data(), std::move(shape), DType::bf16, device);
+    }
+    if (want == DType::i32 || want == DType::i64) {
+      refuse_values_beyond(native_order(as_array(py::none())), want);
+    }
+    arr = as_array(py::str(py_name(want)));
+  }
+  auto dtype = from_numpy_dtype(arr.dtype());
+  if (!dtype) {
+    throw InvalidArgument("tensor: unsupported dtype " + py::str(arr.dtype()).cast<std::string>());
+  }
+  Shape shape(arr.shape(), arr.shape() + arr.ndim());
+  return eventide::from_host(arr.data(), std::move(shape), *dtype, device);
+}
+
+
+// "<eventide.Tensor (512, 512) float32 on cpu, ready>", in the style of the events' reprs.
+std::string tensor_repr(const Tensor& t) {
+  if (!t.defined()) return "<eventide.Tensor undefined>";
+  const char* status = !t.ready() ? "pending" : t.error() ? "failed" : "ready";
+  return "<eventide.Tensor " + py::repr(to_tuple(t.shape())).cast<std::string>() + " " +
+         py_name(t.dtype()) + " on " + t.device().str() + ", " + status + ">";
+}
+
+
+}  // namespace
+
+bool wait_tensor_for(const Tensor& t, std::optional<double> timeout) {
+  if (!wait_interruptible([&] { return t.ready(); },
+                          [&](nanoseconds slice) { return t.wait_for(slice); }, timeout)) {
+    return false;
+  }
+  if (auto e = t.error()) std::rethrow_exception(e);
+  return true;
+}
+
+void wait_tensor(const Tensor& t) { (void)wait_tensor_for(t, std::nullopt); }
+
+void bind_tensors(py::module_& m) {
+  // --- Tensors ---
+  py::class_<Tensor>(m, "Tensor", "A dense array on a device; ops on it are asynchronous.")
+      .def_property_readonly("shape", [](const Tensor& t) { return to_tuple(t.shape()); })
+      .def_property_readonly("dtype", &Tensor::dtype)
+      .def_property_readonly("device", &Tensor::device)
+      .def_property_readonly("ndim", &Tensor::dim)
+      .def_property_readonly("nbytes", &Tensor::nbytes)
+      .def_property_readonly("ready", &Tensor::ready)
+      .def_property_readonly("error", [](const Tensor& t) -> py::object {
+        auto err = t.error();
+        return err ? to_python_exception(err) : py::none();
+      })
+      .def("numel", &Tensor::numel)
+      .def("__len__", [](const Tensor& t) {
+        if (t.dim() == 0) throw py::type_error("len() of a 0-d tensor");
+        return t.shape()[0];
+      })
+      .def("wait",
+           [](const Tensor& t, const py::object& timeout) {
+             return wait_tensor_for(t, parse_timeout(timeout));
+           },
+           "timeout"_a = py::none(),
+           "wait(timeout=None) -> bool: block until the producing op has finished (True; raises "
+           "its error) or `timeout` seconds pass (False).")
+      .def("add_completion_callback",
+           [](const Tensor& t, const py::object& fn) {
+             t.add_completion_callback(to_callback(fn, "add_completion_callback"));
+           },
+           "fn"_a)
+      .def("numpy", &to_numpy, "A read-only NumPy view (cpu) or copy; waits for the producer.")
+      .def("__array__",
+           [](const Tensor& t, const py::object& dtype, const py::object& copy) -> py::object {
+             py::object arr = to_numpy(t);
+             bool want_copy = !copy.is_none() && copy.cast<bool>();
+             if (!dtype.is_none()) return arr.attr("astype")(dtype);
+             return want_copy ? arr.attr("copy")() : arr;
+           },
+           "dtype"_a = py::none(), "copy"_a = py::none())
+      .def("tolist", [](const Tensor& t) { return to_numpy(t).attr("tolist")(); })
+      .def("__dlpack__", &dlpack_method, py::kw_only(), "stream"_a = py::none(),
+           "max_version"_a = py::none(), "dl_device"_a = py::none(), "copy"_a = py::none())
+      .def("__dlpack_device__", &dlpack_device)
+      .def("to", [](const Tensor& t, const py::object& d) {
+             sync_current_streams();
+             return t.to(device_or_default(d));
+           },
+           "device"_a)
+      .def("__matmul__", &py_matmul)
+      .def("__add__", &py_add)
+      .def("__mul__", &py_mul)
+      .def("__repr__", &tensor_repr);
+
+  auto creation = [&m](const char* name, Tensor (*fn)(Shape, DType, Device), const char* doc) {
+    m.def(name,
+          [fn, name](const py::args& shape, const py::object& dtype, const py::object& device) {
+            sync_current_streams();
+            return fn(to_shape(shape, name), to_dtype(dtype), device_or_default(device));
+          },
+          "dtype"_a = py::none(), "device"_a = py::none(), doc);
+  };
+  creation("empty", &eventide::empty, "An uninitialized tensor: empty(2, 3) or empty((2, 3)).");
+  creation("zeros", &eventide::zeros, "A tensor of zeros.");
+  creation("ones", &eventide::ones, "A tensor of ones.");
+  creation("rand", &eventide::rand, "Uniform random numbers in [0, 1).");
+  creation("randn", &eventide::randn, "Standard normal random numbers.");
+  m.def("full",
+        [](const py::object& shape, double value, const py::object& dtype, const py::object& device) {
+          sync_current_streams();
+          return eventide::full(to_shape(py::make_tuple(shape), "full"), value, to_dtype(dtype),
+                                device_or_default(device));
+        },
+        "shape"_a, "fill_value"_a, "dtype"_a = py::none(), "device"_a = py::none());
+  m.def("tensor", &tensor_from_data, "data"_a, "dtype"_a = py::none(), "device"_a = py::none(),
+        "A copy of `data` (a list, a NumPy array, anything np.asarray takes) on the device.");
+  m.def("from_numpy", &from_numpy, "array"_a, "device"_a = py::none(),
+        "A tensor on the array's memory (no copy on cpu where the layout allows; the array is kept "
+        "alive), else a copy.");
+  m.def("from_dlpack", &from_dlpack, "x"_a, "A tensor sharing the memory of a DLPack producer.");
+  m.def("matmul", &py_matmul, "a"_a, "b"_a, "a @ b; asynchronous, on the current stream.");
+  m.def("add", &py_add, "a"_a, "b"_a, "a + b, elementwise.");
+  m.def("mul", &py_mul, "a"_a, "b"_a, "a * b, elementwise.");
+  m.def("manual_seed", [](std::uint64_t seed, const py::object& device) {
+    auto d = to_device(device);
+    d ? eventide::manual_seed(seed, *d) : eventide::manual_seed(seed);
+  }, "seed"_a, "device"_a = py::none());
+
+}
+
+}  // namespace eventide::python
