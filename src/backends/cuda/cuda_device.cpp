@@ -26,10 +26,9 @@ TransferStream::Use TransferStream::use() {
     lock.lock();
   }
   if (shut_down_) {
-    // Process exit: the shared stream is gone, and one made now would never be destroyed.
-    lock.unlock();
-    use.own_ = OwnedStream::create(device_, what);
-    use.stream_ = use.own_.get();
+    // Process exit: the shared stream is gone (or left alone). The calling thread's per-thread
+    // default stream needs nothing made or destroyed while CUDA itself may be tearing down.
+    use.stream_ = cudaStreamPerThread;
     return use;
   }
   use.stream_ = stream_.get();
@@ -37,12 +36,13 @@ TransferStream::Use TransferStream::use() {
   return use;
 }
 
-void TransferStream::shutdown(detail::Clock::time_point deadline) noexcept {
+void TransferStream::shutdown(detail::Clock::time_point deadline, Teardown teardown) noexcept {
   try {
     std::unique_lock lock(mu_, std::defer_lock);
     // A copy still running at the deadline keeps the stream: it is left to the process's end.
     if (!lock.try_lock_until(deadline)) return;
     shut_down_ = true;
+    if (teardown == Teardown::leave) return;
     char what[48];  // no allocation for the message: this runs at exit
     std::snprintf(what, sizeof what, "(transfers of cuda:%d)", device_.index());
     stream_.reset(what);
@@ -102,7 +102,9 @@ void CudaDevice::mark_broken(std::exception_ptr error) noexcept {
 
 void CudaDevice::stop(detail::Clock::time_point deadline) noexcept {
   watcher_.stop(deadline);
-  transfer_.shutdown(deadline);
+  // After a sticky error every CUDA call fails: destroying the stream would only print that.
+  transfer_.shutdown(deadline, broken() ? TransferStream::Teardown::leave
+                                        : TransferStream::Teardown::destroy);
 }
 
 }  // namespace eventide::backends::cuda

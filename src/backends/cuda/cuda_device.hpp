@@ -53,16 +53,18 @@ class TransferStream {
     friend class TransferStream;
     Use() = default;
     std::shared_lock<std::shared_timed_mutex> lock_;
-    OwnedStream own_;  // after shutdown only
     cudaStream_t stream_ = nullptr;
   };
 
   // The stream, made now if it does not exist yet, on the device, which must be current on
   // the calling thread (use_device). DeviceError if it cannot be made.
   Use use();
-  // Destroys the stream once the copies using it have finished, waiting for them until
-  // `deadline`. Process exit: later uses get streams of their own.
-  void shutdown(detail::Clock::time_point deadline) noexcept;
+  // Process exit: destroys the stream (Teardown::destroy) or leaves it to the process's end
+  // (Teardown::leave: a failed device, on which the call could only fail) once the copies
+  // using it have finished, waiting for them until `deadline`. Later uses copy on their
+  // thread's per-thread default stream.
+  enum class Teardown { destroy, leave };
+  void shutdown(detail::Clock::time_point deadline, Teardown teardown) noexcept;
 
  private:
   const Device device_;

@@ -1,5 +1,6 @@
 #include "backends/cuda/cuda_progress.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -80,7 +81,9 @@ class EventProgress final : public ProgressPublisher {
   }
 
   bool can_wait_on_gpu(const ProgressPublisher&, const Work& work) override {
-    return done_event(work) != nullptr;
+    // The watcher advances the counter before it retires the event: a Work whose event is gone
+    // has finished (nothing to wait for), not become unwaitable.
+    return done_event(work) != nullptr || work.done();
   }
 
   void wait_on_gpu(CudaStream& consumer, const CudaTimeline&, const Work& work) override {
@@ -99,7 +102,7 @@ class EventProgress final : public ProgressPublisher {
     std::uint64_t reached = completed;
     for (Work* w = inflight.front(); w; w = w->next) {
       if (cudaEvent_t ev = done_event(*w); ev && cudaEventQuery(ev) != cudaSuccess) break;
-      reached = w->seq();
+      reached = std::max(reached, w->seq());  // (abandon may have raised completed past it)
     }
     return reached;
   }
