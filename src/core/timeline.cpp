@@ -6,12 +6,13 @@ namespace eventide::detail {
 
 namespace {
 
-class UnparkListener final : public Listener {
+class UnparkListener final : public OneShotListener {
  public:
   explicit UnparkListener(Ref<Parker> parker) noexcept : parker_(std::move(parker)) {}
-  void fire() noexcept override { parker_->unpark(); }
 
  private:
+  void run() noexcept override { parker_->unpark(); }
+
   Ref<Parker> parker_;
 };
 
@@ -23,13 +24,7 @@ Timeline::~Timeline() {
   while (Listener* l = pop_locked()) discard(l);
 }
 
-void Timeline::discard(Listener* listener) noexcept {
-  if (listener->owned_) {
-    delete listener;
-  } else {
-    listener->dropped();
-  }
-}
+void Timeline::discard(Listener* listener) noexcept { listener->dropped(); }
 
 // --- The heap ----------------------------------------------------------------------------
 //
@@ -130,21 +125,17 @@ void Timeline::advance(std::uint64_t seq) noexcept {
   if (min_target_.load(std::memory_order_seq_cst) <= seq) notify();
 }
 
-std::uint64_t Timeline::listen(std::uint64_t seq, std::unique_ptr<Listener> listener) noexcept {
-  listener->owned_ = true;
-  return insert(seq, listener.release());
+std::uint64_t Timeline::listen(std::uint64_t seq, std::unique_ptr<OneShotListener> listener) noexcept {
+  return insert(seq, listener.release());  // it owns itself from here (OneShotListener)
 }
 
 std::uint64_t Timeline::listen(std::uint64_t seq, Listener& listener) noexcept {
-  listener.owned_ = false;
   return insert(seq, &listener);
 }
 
 std::uint64_t Timeline::insert(std::uint64_t seq, Listener* listener) noexcept {
   if (passed(seq)) {
-    const bool owned = listener->owned_;
     listener->fire();
-    if (owned) delete listener;
     return 0;
   }
   std::uint64_t id;
@@ -168,7 +159,7 @@ bool Timeline::unpark_when_passed(std::uint64_t seq, const Ref<Parker>& parker) 
   }
   auto* listener = new (std::nothrow) UnparkListener(parker);
   if (!listener) return false;
-  listen(seq, std::unique_ptr<Listener>(listener));
+  listen(seq, std::unique_ptr<OneShotListener>(listener));
   return true;
 }
 
@@ -208,14 +199,12 @@ void Timeline::notify() noexcept {
     }
   }
   while (due) {
-    // Read before firing: a listener its owner keeps may be registered again (relinked) from
-    // its own fire(), or be gone once fire() returns.
+    // Read before firing: a listener may be registered again (relinked) from its own fire(),
+    // or be gone once fire() returns.
     Listener* l = due;
     due = l->sibling_;
     l->sibling_ = nullptr;
-    const bool owned = l->owned_;
     l->fire();
-    if (owned) delete l;
   }
 }
 

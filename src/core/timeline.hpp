@@ -47,12 +47,11 @@ class Listener {
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
   virtual ~Listener() = default;
-  // Called once, with no runtime lock held. A listener handed over as a unique_ptr is
-  // destroyed right after. One its owner keeps (listen(seq, Listener&)) is not touched by the
-  // timeline once fire() has begun: fire() may register it again, or end its owner.
+  // Called once, with no runtime lock held. The timeline does not touch the listener once
+  // fire() has begun: fire() may register it again, or end it or its owner.
   virtual void fire() noexcept = 0;
-  // Called instead of fire(), with no runtime lock held, when a listener its owner keeps is
-  // taken back (unlisten) or its timeline is destroyed unfired: it lets go of what it held.
+  // Called instead of fire(), with no runtime lock held, when the listener is taken back
+  // (unlisten) or its timeline is destroyed unfired: it lets go of what it held.
   virtual void dropped() noexcept {}
 
  private:
@@ -67,7 +66,23 @@ class Listener {
   Listener* prev_ = nullptr;
   Listener* all_prev_ = nullptr;
   Listener* all_next_ = nullptr;
-  bool owned_ = false;  // handed over as a unique_ptr: the timeline deletes it
+};
+
+// A listener made for one registration (a parker to unpark, a held stream to release), which
+// nothing else could own: handed to the timeline as a unique_ptr, it owns itself from then
+// on, and ends itself once it has fired (after run()) or been dropped. The timeline never
+// deletes a listener: whether one outlives its firing is its type's business.
+class OneShotListener : public Listener {
+ public:
+  void fire() noexcept final {
+    run();
+    delete this;
+  }
+  void dropped() noexcept final { delete this; }
+
+ protected:
+  // What firing does.
+  virtual void run() noexcept = 0;
 };
 
 class Timeline : public RefCounted {
@@ -88,7 +103,7 @@ class Timeline : public RefCounted {
   // has. Never call with a lock held that a listener might take. Returns an id for unlisten():
   // 0 if the fence had passed (the listener fired at once); the id of a listener that has
   // fired since is stale (unlisten() returns false). Allocates nothing.
-  std::uint64_t listen(std::uint64_t seq, std::unique_ptr<Listener> listener) noexcept;
+  std::uint64_t listen(std::uint64_t seq, std::unique_ptr<OneShotListener> listener) noexcept;
   // The same for a listener its owner keeps alive until it has fired or been dropped (one
   // embedded in the object it acts on: registering it needs no memory at all). It must not
   // be registered twice at once.
@@ -100,8 +115,8 @@ class Timeline : public RefCounted {
   bool unpark_when_passed(std::uint64_t seq, const Ref<Parker>& parker) noexcept;
   static constexpr std::chrono::milliseconds kUnheardNap{1};
 
-  // Takes back the listener that listen() registered under `id`, unfired, and destroys it
-  // (one its owner keeps: calls its dropped()), with no lock of the timeline held: true.
+  // Takes back the listener that listen() registered under `id`, unfired, and calls its
+  // dropped() (a OneShotListener ends itself there), with no lock of the timeline held: true.
   // False if it has fired or is firing (it then runs to the end), or for id 0. Ids are never
   // reused, so a stale one takes nothing back. Costs a scan of the listeners. Never call with
   // a lock held that the listener's destructor might take.

@@ -149,7 +149,7 @@ TEST(ParkerTest, DeadlineHelpers) {
 
 // Counts its fire() calls and its destruction, and checks that it fires only once its
 // target has passed.
-class CountingListener final : public d::Listener {
+class CountingListener final : public d::OneShotListener {
  public:
   CountingListener(const d::Timeline* timeline, std::uint64_t target, std::atomic<int>* fired,
                    std::atomic<int>* destroyed = nullptr, std::atomic<int>* early = nullptr,
@@ -163,7 +163,7 @@ class CountingListener final : public d::Listener {
   ~CountingListener() override {
     if (destroyed_) destroyed_->fetch_add(1);
   }
-  void fire() noexcept override {
+  void run() noexcept override {
     if (early_ && timeline_->completed() < target_) early_->fetch_add(1);
     if (fired_on_) *fired_on_ = std::this_thread::get_id();
     fired_->fetch_add(1);

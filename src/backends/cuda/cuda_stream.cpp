@@ -101,15 +101,16 @@ Ref<Storage> CudaStream::workspace(std::size_t bytes) {
 
 // Fires when the host-side work the first held op waits for has finished: the watcher
 // launches what can go.
-class ReleaseListener final : public detail::Listener {
+class ReleaseListener final : public detail::OneShotListener {
  public:
   explicit ReleaseListener(std::shared_ptr<CudaStream> s) : stream_(std::move(s)) {}
-  void fire() noexcept override {
+
+ private:
+  void run() noexcept override {
     stream_->release_due_.store(true, std::memory_order_release);
     stream_->owner_.wake();
   }
 
- private:
   std::shared_ptr<CudaStream> stream_;
 };
 
@@ -161,7 +162,7 @@ void CudaStream::hold_until_ready() noexcept {
   }
   // Fires at once if it finishes meanwhile; it only sets a flag, so it may run under our lock.
   // Owned from here on: by the timeline once registered, which destroys it after it fires.
-  std::unique_ptr<detail::Listener> listener(
+  std::unique_ptr<detail::OneShotListener> listener(
       new (std::nothrow) ReleaseListener(std::static_pointer_cast<CudaStream>(shared_from_this())));
   if (!listener) {
     // Out of memory for the listener: the watcher looks at the held work on each turn
