@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/fork.hpp"
 #include "core/ref.hpp"
 #include "eventide/device.hpp"
 
@@ -58,16 +59,17 @@ class DeviceBackend {
   virtual Ref<Storage> allocate_host(std::size_t bytes) = 0;
   virtual ops::Kernels& kernels() = 0;
   // fork() (see Runtime). Before it the device quiesces: host work stops starting, and the
-  // caller waits until `deadline` for what runs (calls nest); with `hold` (pthread_atfork's
-  // prepare step) it also holds its locks until after the fork, so that the child finds them
-  // free. After it, the parent goes on (`held`: the locks taken by before_fork are let go);
+  // caller waits until `deadline` for what runs (calls nest); with ForkLocks::hold
+  // (pthread_atfork's prepare step) it also holds its locks until after the fork, so that the
+  // child finds them free. After it, the parent goes on (given what before_fork was: held
+  // locks are let go);
   // the child gets a working device (true), or a device it may not use (false: a GPU, since
   // CUDA does not survive fork), whose work from before the fork then fails.
-  virtual void before_fork(std::chrono::steady_clock::time_point deadline, bool hold) noexcept {
+  virtual void before_fork(std::chrono::steady_clock::time_point deadline, ForkLocks locks) noexcept {
     (void)deadline;
-    (void)hold;
+    (void)locks;
   }
-  virtual void after_fork_in_parent(bool held) noexcept { (void)held; }
+  virtual void after_fork_in_parent(ForkLocks locks) noexcept { (void)locks; }
   virtual bool after_fork_in_child() noexcept { return true; }
   // Process exit: fail the work still queued, let running work finish until `deadline` (the
   // whole runtime's grace period), stop threads.

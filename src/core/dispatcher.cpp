@@ -207,8 +207,8 @@ void Dispatcher::join_until(Clock::time_point deadline) noexcept {
 
 void Dispatcher::before_fork() noexcept { mu_.lock(); }
 
-void Dispatcher::after_fork(bool child) noexcept {
-  if (child) {
+void Dispatcher::after_fork(ForkSide side) noexcept {
+  if (side == ForkSide::child) {
     thread_.abandon();
     stopped_thread_.abandon();
     started_.store(false, std::memory_order_release);
@@ -236,7 +236,7 @@ void Dispatcher::run() {
       // A callback expected soon: stay awake (yielding) until it comes or the window closes.
       const std::int64_t until = expect_until_ns_.load(std::memory_order_relaxed);
       if (const std::int64_t left = until - host_now_ns(); left > 0) {
-        parker_->park(Clock::now() + std::chrono::nanoseconds(left), /*spin_to_deadline=*/true);
+        parker_->park(Clock::now() + std::chrono::nanoseconds(left), Parker::Sleep::never);
         continue;
       }
       parker_->park();

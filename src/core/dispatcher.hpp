@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/fork.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/parker.hpp"
 #include "core/runtime_thread.hpp"
@@ -109,7 +110,7 @@ class Dispatcher {
   // fork(): the queue's lock is held across it; in the child, whose copy of the thread is
   // gone, a new thread starts with the next callback (those queued run there too).
   void before_fork() noexcept;
-  void after_fork(bool child) noexcept;
+  void after_fork(ForkSide side) noexcept;
 
   // Whether the calling thread is a dispatcher thread (of any device).
   static bool on_dispatcher_thread() noexcept;

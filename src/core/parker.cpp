@@ -65,14 +65,15 @@ void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept {
 
 void yield_cpu() noexcept { sched_yield(); }
 
-void Parker::park(const Deadline& deadline, bool spin_to_deadline) noexcept {
+void Parker::park(const Deadline& deadline, Sleep sleep) noexcept {
+  const bool spin_to_deadline = sleep == Sleep::never && deadline;
   // Spin first: a notification that comes within the spin costs no sleep and no wake-up.
   if (spin_until([this] { return state_.load(std::memory_order_relaxed) == kNotified; }, deadline,
-                 spin_to_deadline && deadline)) {
+                 spin_to_deadline ? SpinLength::whole_deadline : SpinLength::brief)) {
     state_.exchange(kEmpty, std::memory_order_acquire);
     return;
   }
-  if (spin_to_deadline && deadline) return;
+  if (spin_to_deadline) return;
   std::uint32_t expected = kEmpty;
   if (!state_.compare_exchange_strong(expected, kParked, std::memory_order_acquire)) {
     // A notification arrived after the spin.

@@ -41,9 +41,10 @@ inline bool expired(const Deadline& deadline) {
 
 class Parker final : public RefCounted {
  public:
-  // Returns after an unpark (consuming it), at the deadline, or spuriously. With
-  // `spin_to_deadline`, it never sleeps: it spins (yielding) until notified or the deadline.
-  void park(const Deadline& deadline = std::nullopt, bool spin_to_deadline = false) noexcept;
+  // Returns after an unpark (consuming it), at the deadline, or spuriously. With Sleep::never
+  // and a deadline, it never sleeps: it spins (yielding) until notified or the deadline.
+  enum class Sleep { allowed, never };
+  void park(const Deadline& deadline = std::nullopt, Sleep sleep = Sleep::allowed) noexcept;
   // Like park(), without the spin: sleeps at once until notified or `until`.
   void nap(Clock::time_point until) noexcept;
   void unpark() noexcept;
@@ -58,9 +59,10 @@ class Parker final : public RefCounted {
 // Spins until `ready()` (true) or the spin duration or deadline is over (false): on the pause
 // instruction for the first microseconds, then yielding the CPU, so that a thread that
 // would finish the work on this same core gets to run. `ready` is called every few spins.
-// With `whole_deadline`, spins until the deadline, however long.
+// With SpinLength::whole_deadline, spins until the deadline, however long.
+enum class SpinLength { brief, whole_deadline };
 template <class Ready>
-bool spin_until(Ready&& ready, const Deadline& deadline, bool whole_deadline = false);
+bool spin_until(Ready&& ready, const Deadline& deadline, SpinLength length = SpinLength::brief);
 
 // How a waiter sleeps once its spin is over. By default it sleeps until woken. When what it
 // waits for is work whose progress it can read itself (a GPU writes its counters into host
@@ -138,7 +140,8 @@ inline constexpr std::chrono::nanoseconds kPauseSpin = std::chrono::microseconds
 void yield_cpu() noexcept;
 
 template <class Ready>
-bool spin_until(Ready&& ready, const Deadline& deadline, bool whole_deadline) {
+bool spin_until(Ready&& ready, const Deadline& deadline, SpinLength length) {
+  const bool whole_deadline = length == SpinLength::whole_deadline;
   const auto spin = spin_duration();
   if (spin.count() <= 0 && !whole_deadline) return ready();
   const auto start = Clock::now();

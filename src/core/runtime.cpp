@@ -97,11 +97,11 @@ void on_fork_prepare() {
 }
 void on_fork_parent() {
   if (--tls_fork_nesting > 0) return;
-  if (Runtime* r = g_runtime.load()) r->after_fork(/*child=*/false);
+  if (Runtime* r = g_runtime.load()) r->after_fork(ForkSide::parent);
 }
 void on_fork_child() {
   if (--tls_fork_nesting > 0) return;
-  if (Runtime* r = g_runtime.load()) r->after_fork(/*child=*/true);
+  if (Runtime* r = g_runtime.load()) r->after_fork(ForkSide::child);
 }
 
 thread_local std::vector<std::pair<Device, std::shared_ptr<StreamState>>> tls_current;
@@ -258,22 +258,22 @@ void Runtime::shutdown() noexcept {
 void Runtime::prepare_fork() noexcept {
   const Clock::time_point deadline = Clock::now() + kForkGrace;
   for (auto& c : contexts_) {
-    if (!c->lost_in_fork()) c->backend().before_fork(deadline, /*hold=*/true);
+    if (!c->lost_in_fork()) c->backend().before_fork(deadline, ForkLocks::hold);
   }
   host_dispatcher_.before_fork();
   for (auto& c : contexts_) c->dispatcher().before_fork();
 }
 
-void Runtime::after_fork(bool child) noexcept {
-  host_dispatcher_.after_fork(child);
-  for (auto& c : contexts_) c->dispatcher().after_fork(child);
+void Runtime::after_fork(ForkSide side) noexcept {
+  host_dispatcher_.after_fork(side);
+  for (auto& c : contexts_) c->dispatcher().after_fork(side);
   // The CPU first: in the child, a GPU's failed work may resume CPU streams, whose pool must
   // be in order by then.
   for (bool cpu : {true, false}) {
     for (auto& c : contexts_) {
       if (c->lost_in_fork() || (c->device() == Device::cpu()) != cpu) continue;
-      if (!child) {
-        c->backend().after_fork_in_parent(/*held=*/true);
+      if (side == ForkSide::parent) {
+        c->backend().after_fork_in_parent(ForkLocks::hold);
       } else if (!c->backend().after_fork_in_child()) {
         c->set_lost_in_fork();
       }
@@ -286,7 +286,7 @@ void Runtime::pause_for_fork() noexcept {
   if (!r) return;
   const Clock::time_point deadline = Clock::now() + kForkGrace;
   for (auto& c : r->contexts_) {
-    if (!c->lost_in_fork()) c->backend().before_fork(deadline, /*hold=*/false);
+    if (!c->lost_in_fork()) c->backend().before_fork(deadline, ForkLocks::release);
   }
 }
 
@@ -294,7 +294,7 @@ void Runtime::resume_after_fork_pause() noexcept {
   Runtime* r = g_runtime.load();
   if (!r) return;
   for (auto& c : r->contexts_) {
-    if (!c->lost_in_fork()) c->backend().after_fork_in_parent(/*held=*/false);
+    if (!c->lost_in_fork()) c->backend().after_fork_in_parent(ForkLocks::release);
   }
 }
 

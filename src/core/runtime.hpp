@@ -102,7 +102,7 @@ class Runtime {
   // was still running fails) and loses the GPUs (CUDA does not survive fork: using one is a
   // StateError, and their work from before the fork fails).
   void prepare_fork() noexcept;
-  void after_fork(bool child) noexcept;
+  void after_fork(ForkSide side) noexcept;
   // The quiescing step alone, for a caller that must wait with other locks let go (Python
   // waits for ops whose bodies need the GIL); resume_after_fork_pause() undoes it in the
   // parent. No-ops if the runtime has not started.

@@ -36,10 +36,10 @@ class CpuBackend final : public detail::DeviceBackend {
     // forever on it (blas.hpp). It ends by itself.
     blas::wait_for_calls();
   }
-  void before_fork(std::chrono::steady_clock::time_point deadline, bool hold) noexcept override {
-    pool_.before_fork(deadline, hold);
+  void before_fork(std::chrono::steady_clock::time_point deadline, detail::ForkLocks locks) noexcept override {
+    pool_.before_fork(deadline, locks);
   }
-  void after_fork_in_parent(bool held) noexcept override { pool_.after_fork_in_parent(held); }
+  void after_fork_in_parent(detail::ForkLocks locks) noexcept override { pool_.after_fork_in_parent(locks); }
   bool after_fork_in_child() noexcept override {
     blas::forget_calls();
     pool_.after_fork_in_child();

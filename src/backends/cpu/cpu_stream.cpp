@@ -85,9 +85,9 @@ Work* CpuStream::take_all() noexcept {
   return all;
 }
 
-void CpuStream::put_back(Work* rest, bool park) noexcept {
+void CpuStream::put_back(Work* rest, Parking parking) noexcept {
   std::lock_guard lock(mu_);
-  parked_ = park;
+  parked_ = parking == Parking::parked;
   if (!rest) return;
   Work* last = rest;
   while (last->next) last = last->next;
@@ -112,12 +112,12 @@ bool CpuStream::unpark_from_dependency() noexcept {
 
 WorkerPool::WorkerPool() : max_threads_(read_max_threads()) {}
 
-void WorkerPool::push_ready_locked(std::shared_ptr<CpuStream> stream, bool front) noexcept {
+void WorkerPool::push_ready_locked(std::shared_ptr<CpuStream> stream, QueueEnd end) noexcept {
   CpuStream* raw = stream.get();
   if (!ready_head_) {
     ready_head_ = std::move(stream);
     ready_tail_ = raw;
-  } else if (front) {
+  } else if (end == QueueEnd::front) {
     raw->next_ready_ = std::move(ready_head_);
     ready_head_ = std::move(stream);
   } else {
@@ -162,13 +162,13 @@ void WorkerPool::make_ready(std::shared_ptr<CpuStream> stream) noexcept {
     serve_stopped(*stream);
     return;
   }
-  push_ready_locked(std::move(stream), /*front=*/false);
+  push_ready_locked(std::move(stream), QueueEnd::back);
   find_thread_locked();
 }
 
-void WorkerPool::requeue(std::shared_ptr<CpuStream> stream, bool front) noexcept {
+void WorkerPool::requeue(std::shared_ptr<CpuStream> stream, QueueEnd end) noexcept {
   std::lock_guard lock(mu_);
-  push_ready_locked(std::move(stream), front);
+  push_ready_locked(std::move(stream), end);
 }
 
 void WorkerPool::find_thread_locked() noexcept {
@@ -282,8 +282,8 @@ void WorkerPool::serve(CpuStream& s, Worker& w) noexcept {
       Work* work = w.rest;
       if (pausing_.load(std::memory_order_acquire)) {
         // fork() in progress: the stream goes first in the queue, to go on after it.
-        s.put_back(std::exchange(w.rest, nullptr), /*park=*/false);
-        requeue(w.stream, /*front=*/true);
+        s.put_back(std::exchange(w.rest, nullptr), Parking::ready);
+        requeue(w.stream, QueueEnd::front);
         return;
       }
       if (!stop_.load(std::memory_order_acquire)) {
@@ -301,8 +301,8 @@ void WorkerPool::serve(CpuStream& s, Worker& w) noexcept {
       if (w.rest && ready_count_.load(std::memory_order_relaxed) > 0 &&
           detail::Clock::now() >= slice_end) {
         // Its time slice is over and other streams wait for a thread: they go first.
-        s.put_back(std::exchange(w.rest, nullptr), /*park=*/false);
-        requeue(w.stream, /*front=*/false);
+        s.put_back(std::exchange(w.rest, nullptr), Parking::ready);
+        requeue(w.stream, QueueEnd::back);
         return;
       }
     }
@@ -321,7 +321,7 @@ void WorkerPool::park_on(CpuStream& s, Work* rest, const detail::Dep& dep) noexc
     std::lock_guard lock(mu_);
     link_parked_locked(s);
   }
-  s.put_back(rest, /*park=*/true);
+  s.put_back(rest, Parking::parked);
   timeline->listen(seq, s.resume_);  // allocates nothing
   // stop() resumes the streams parked when it runs; one parked after that resumes here.
   if (stop_.load(std::memory_order_acquire) && s.unpark_from_dependency()) make_ready(stream);
@@ -382,7 +382,7 @@ void WorkerPool::stop(detail::Clock::time_point deadline) noexcept {
   for (std::size_t i = 0; i < count; ++i) workers_[i]->thread.join_until(deadline);
 }
 
-void WorkerPool::before_fork(detail::Clock::time_point deadline, bool hold) noexcept {
+void WorkerPool::before_fork(detail::Clock::time_point deadline, detail::ForkLocks locks) noexcept {
   std::unique_lock lock(mu_);
   if (paused_++ == 0) {
     pausing_.store(true, std::memory_order_release);
@@ -397,11 +397,12 @@ void WorkerPool::before_fork(detail::Clock::time_point deadline, bool hold) noex
     }
     pause_waiter_ = nullptr;
   }
-  if (hold) (void)lock.release();  // let go of in after_fork_*
+  if (locks == detail::ForkLocks::hold) (void)lock.release();  // let go of in after_fork_*
 }
 
-void WorkerPool::after_fork_in_parent(bool held) noexcept {
-  std::unique_lock lock = held ? std::unique_lock(mu_, std::adopt_lock) : std::unique_lock(mu_);
+void WorkerPool::after_fork_in_parent(detail::ForkLocks locks) noexcept {
+  std::unique_lock lock = locks == detail::ForkLocks::hold ? std::unique_lock(mu_, std::adopt_lock)
+                                                           : std::unique_lock(mu_);
   if (paused_ == 0 || --paused_ > 0) return;
   pausing_.store(false, std::memory_order_release);
   for (std::size_t i = 0; i < ready_size_; ++i) find_thread_locked();
@@ -413,7 +414,7 @@ void WorkerPool::after_fork_in_child() noexcept {
   // Nothing here allocates but the error messages, which have a fallback.
   std::vector<std::unique_ptr<Worker>> gone;
   {
-    std::lock_guard lock(mu_, std::adopt_lock);  // taken by before_fork(…, hold = true)
+    std::lock_guard lock(mu_, std::adopt_lock);  // taken by before_fork(…, ForkLocks::hold)
     gone.swap(workers_);
     idle_.clear();
     live_ = 0;
@@ -446,8 +447,8 @@ void WorkerPool::after_fork_in_child() noexcept {
   std::lock_guard lock(mu_);
   for (auto& w : gone) {
     if (w->stream) {
-      w->stream->put_back(w->rest, /*park=*/false);
-      push_ready_locked(std::move(w->stream), /*front=*/true);
+      w->stream->put_back(w->rest, Parking::ready);
+      push_ready_locked(std::move(w->stream), QueueEnd::front);
     }
     w->thread.abandon();
     (void)w.release();

@@ -37,6 +37,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/fork.hpp"
 #include "core/parker.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/runtime_thread.hpp"
@@ -50,6 +51,13 @@ using detail::StreamState;
 using detail::Work;
 
 class WorkerPool;
+
+// Whether a stream whose thread gives it up waits for a dependency (parked: a listener will
+// resume it) or can run on (ready).
+enum class Parking { ready, parked };
+// Where a ready stream joins the ready list: behind the others, or first (a stream whose time
+// slice was cut short by a fork's pause, or that goes on at once).
+enum class QueueEnd { back, front };
 
 class CpuStream final : public StreamState {
  public:
@@ -82,8 +90,8 @@ class CpuStream final : public StreamState {
   // Takes the whole queue (a list linked through Work::next, oldest first); null if empty.
   Work* take_all() noexcept;
   // Puts `rest` (a list, oldest first, not run yet) back at the head of the queue; with
-  // `park`, the stream is parked (a listener will resume() it).
-  void put_back(Work* rest, bool park) noexcept;
+  // Parking::parked, the stream is parked (a listener will resume() it).
+  void put_back(Work* rest, Parking parking) noexcept;
   // Ends the thread's turn if nothing is queued (true: the stream is idle), else false.
   bool try_release() noexcept;
   // Makes a parked stream ready again (true), once; false if it was not parked.
@@ -123,9 +131,9 @@ class WorkerPool final : private detail::BlockingObserver {
   // fork(): see the file comment. before_fork waits for running bodies until `deadline`
   // (that of the calling thread excepted) and, with `hold`, keeps the pool's lock until
   // after the fork (the child's pool then starts with it free); calls nest.
-  void before_fork(detail::Clock::time_point deadline, bool hold) noexcept;
-  void after_fork_in_parent(bool held) noexcept;
-  // The child's pool after a before_fork(…, hold = true) in the parent.
+  void before_fork(detail::Clock::time_point deadline, detail::ForkLocks locks) noexcept;
+  void after_fork_in_parent(detail::ForkLocks locks) noexcept;
+  // The child's pool after a before_fork(…, ForkLocks::hold) in the parent.
   void after_fork_in_child() noexcept;
 
   std::size_t max_threads() const noexcept { return max_threads_; }
@@ -145,7 +153,7 @@ class WorkerPool final : private detail::BlockingObserver {
   void serve(CpuStream& s, Worker& w) noexcept;
   // Puts a stream this thread serves back in the ready queue (a fork pauses the pool, or its
   // time slice is over).
-  void requeue(std::shared_ptr<CpuStream> stream, bool front) noexcept;
+  void requeue(std::shared_ptr<CpuStream> stream, QueueEnd end) noexcept;
   // Fails everything `s` has queued, on the calling thread (the pool has stopped and has no
   // thread left). The caller holds the right to serve it (it made it ready).
   void serve_stopped(CpuStream& s) noexcept;
@@ -156,7 +164,7 @@ class WorkerPool final : private detail::BlockingObserver {
   // Parks `s` on `dep`'s fence; `rest` (the Works not run) goes back to its queue.
   void park_on(CpuStream& s, Work* rest, const detail::Dep& dep) noexcept;
   // The intrusive lists, under mu_: nothing here allocates.
-  void push_ready_locked(std::shared_ptr<CpuStream> stream, bool front) noexcept;
+  void push_ready_locked(std::shared_ptr<CpuStream> stream, QueueEnd end) noexcept;
   std::shared_ptr<CpuStream> pop_ready_locked() noexcept;
   void link_parked_locked(CpuStream& s) noexcept;
   void unlink_parked_locked(CpuStream& s) noexcept;
