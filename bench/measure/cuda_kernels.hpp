@@ -16,4 +16,8 @@ void hold(const std::uint64_t* gate, std::uint64_t value, std::uint64_t* done, c
 // stamps[0] and stamps[1].
 void spin(long long ns, unsigned long long* stamps, cudaStream_t s);
 
+// out[i] = a[i] + b[i] for i < n: the same elementwise add as eventide's f32 add, launched
+// raw (<<<>>>), for the launch path's anchor.
+void add(const float* a, const float* b, float* out, int n, cudaStream_t s);
+
 }  // namespace eventide::bench::cuda::kernels

@@ -130,6 +130,42 @@ double gate_to_return(std::chrono::nanoseconds busy, Open open, Wait wait) {
 
 }  // namespace
 
+Compared add_chain(Device gpu, int batches) {
+  use_device(gpu);
+  constexpr int kElems = 256;
+  Compared c;
+  ev::Stream s(gpu);
+  ev::StreamGuard guard(s);
+  const ev::Tensor y = ev::full({kElems}, 1.0, ev::DType::f32, gpu);
+  ev::Tensor x = ev::zeros({kElems}, ev::DType::f32, gpu);
+  x.wait();
+  c.ours.reserve(static_cast<std::size_t>(batches));
+  for (int b = 0; b < batches; ++b) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kPerBatch; ++i) x = x + y;
+    x.wait();
+    c.ours.push_back(ns_between(t0, Clock::now()) / kPerBatch);
+  }
+  RawStream raw;
+  DeviceMemory a(kElems * sizeof(float)), one(kElems * sizeof(float)), out(kElems * sizeof(float));
+  EVENTIDE_BENCH_CHECK(cudaMemset(a.p, 0, kElems * sizeof(float)));
+  EVENTIDE_BENCH_CHECK(cudaMemset(one.p, 0, kElems * sizeof(float)));
+  auto* pa = static_cast<float*>(a.p);
+  auto* po = static_cast<float*>(out.p);
+  const auto* p1 = static_cast<const float*>(one.p);
+  c.anchor.reserve(static_cast<std::size_t>(batches));
+  for (int b = 0; b < batches; ++b) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kPerBatch; ++i) {
+      kernels::add(pa, p1, po, kElems, raw.s);  // a chain: each reads the last one's output
+      std::swap(pa, po);
+    }
+    EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
+    c.anchor.push_back(ns_between(t0, Clock::now()) / kPerBatch);
+  }
+  return c;
+}
+
 Compared poll(Device gpu, int batches) {
   use_device(gpu);
   ev::Event e;

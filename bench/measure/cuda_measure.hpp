@@ -22,6 +22,12 @@ struct Compared {
   std::vector<double> anchor2;  // a second reference, where there is one (else empty)
 };
 
+// The launch path (issue 12): a chain of `add`s of 256 floats, each reading the last one's
+// output, enqueued back to back and drained, per op / the same add kernel launched raw with
+// <<<>>> into preallocated buffers, drained the same way. Timing as the process has it
+// (EVENTIDE_CUDA_TIMING).
+Compared add_chain(Device gpu, int batches);
+
 // poll() of a finished event / cudaEventQuery of a completed event; per call.
 Compared poll(Device gpu, int batches);
 // Event() + record(tensor), timing on / cudaEventRecord with timing on; anchor2: timing off.

@@ -31,6 +31,17 @@ std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
   const int timing_rounds = quick ? 100 : 500;
   std::vector<Benchmark> suite;
 
+  suite.push_back({"launch.add_chain", "a chain of tiny adds back to back beside <<<>>> launches",
+                   quick ? 0.2 : 1.0, [=] {
+    cuda::Compared c = cuda::add_chain(gpu, quick ? 20 : 100);
+    Bar ours = time_bar("eventide", c.ours);
+    Bar raw = time_bar("the same kernel with <<<>>>", c.anchor);
+    // Issue 12's goal: an op's host cost within 1.3× a raw launch of its kernel.
+    const double goal = 1.3 * raw.value;
+    return time_figure("launch.add_chain", "tiny op (`add` of 256 floats) back to back, per op, p50 / p99",
+                       ours, {raw}, "≤ 1.3× <<<>>>", ours.value <= goal, goal, true);
+  }});
+
   suite.push_back({"event.poll", "poll() beside cudaEventQuery", quick ? 0.1 : 0.8, [=] {
     cuda::Compared c = cuda::poll(gpu, batches);
     Bar ours = time_bar("eventide", c.ours);
