@@ -1,7 +1,6 @@
 // Tensors over memory eventide did not allocate (from_external).
 
 #include <memory>
-#include <new>
 #include <string>
 #include <utility>
 
@@ -21,30 +20,20 @@ namespace {
 // submit lock when a finished op drops its inputs, say.
 class ExternalStorage final : public detail::Storage {
  public:
+  // The owner goes into a box of its own now, so that letting go of it later needs no memory.
   ExternalStorage(void* data, std::size_t bytes, Device device, Access access,
-                  std::shared_ptr<void> owner) noexcept
-      : Storage(data, bytes, device, access) {
-    new (&owner_) std::shared_ptr<void>(std::move(owner));
-  }
+                  std::shared_ptr<void> owner)
+      : Storage(data, bytes, device, access),
+        owner_(std::make_unique<std::shared_ptr<void>>(std::move(owner))) {}
   ~ExternalStorage() override {
-    if (detail::runtime_locks_held() == 0) {
-      owner_.~shared_ptr();
-      return;
-    }
-    // Later, when this thread lets go of its last lock. Out of memory: leaked, never released
-    // under the lock (the box is not made, owner_ is not moved from).
-    auto* box = new (std::nothrow) std::shared_ptr<void>(std::move(owner_));
-    if (box) {
-      owner_.~shared_ptr();  // moved from: empty
-      detail::run_when_unlocked([](void* p) { delete static_cast<std::shared_ptr<void>*>(p); }, box);
-    }
+    // At once if this thread holds no runtime lock, else when it lets go of its last one (if
+    // that cannot be noted, out of memory: leaked, never released under the lock).
+    detail::run_when_unlocked([](void* box) { delete static_cast<std::shared_ptr<void>*>(box); },
+                              owner_.release());
   }
 
  private:
-  // Destroyed by hand (above), so that the out-of-memory path can leave it alone.
-  union {
-    std::shared_ptr<void> owner_;
-  };
+  std::unique_ptr<std::shared_ptr<void>> owner_;
 };
 
 std::shared_ptr<detail::TensorState> external_state(ExternalMemory& memory, Shape shape, DType dtype,
