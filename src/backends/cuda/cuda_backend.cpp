@@ -118,6 +118,10 @@ class CudaBackend final : public detail::DeviceBackend {
     } catch (...) {
       error = detail::out_of_memory_error();
     }
+    // Its memory means nothing here: storages the abandoned work lets go of are not given
+    // back (no CUDA call, and no lock of the block cache, which a parent thread may have held
+    // at the fork).
+    memory_shutdown();
     state_.mark_broken(std::move(error));
     return false;
   }
