@@ -37,12 +37,19 @@ class Storage : public RefCounted {
   std::size_t bytes() const noexcept { return bytes_; }
   Device device() const noexcept { return device_; }
   Access access() const noexcept { return access_; }
+  // Whether the address has been handed out of eventide (Tensor::data_ptr: to the user's
+  // kernels, to another library through DLPack), whose work on it eventide does not see: such
+  // memory may still be in use when the last reference goes, and must go back to the device's
+  // pool in the order that pool keeps, not be reused at once.
+  bool escaped() const noexcept { return escaped_.load(std::memory_order_relaxed); }
+  void mark_escaped() const noexcept { escaped_.store(true, std::memory_order_relaxed); }
 
  private:
   void* data_;
   std::size_t bytes_;
   Device device_;
   Access access_;
+  mutable std::atomic<bool> escaped_{false};
 };
 
 class TensorState {

@@ -70,7 +70,11 @@ Tensor Tensor::to(Device device) const {
   return Tensor(ops::transfer(const_cast<detail::TensorState&>(s), device));
 }
 
-void* Tensor::data_ptr() const { return checked(state_, "data_ptr").storage->data(); }
+void* Tensor::data_ptr() const {
+  const detail::Storage& storage = *checked(state_, "data_ptr").storage;
+  storage.mark_escaped();  // (a relaxed store: read when the last reference goes)
+  return storage.data();
+}
 
 void Tensor::add_completion_callback_impl(detail::Callback fn) const {
   const auto& s = checked(state_, "add_completion_callback");

@@ -16,6 +16,7 @@
 #include "core/work.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/spin_lock.hpp"
+#include "core/tensor_state.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -584,3 +585,19 @@ TEST(RuntimeLockTest, AReleaseThatLocksDoesNotRunTheOtherReleasesInsideItself) {
 }
 
 }  // namespace
+
+// --- Storage -------------------------------------------------------------------------------
+
+TEST(StorageTest, AnAddressHandedOutOfEventideMarksItsStorage) {
+  // A GPU backend reuses the memory of a storage at once when its last reference goes, unless
+  // its address was handed out (to the user's kernels, to DLPack), where work eventide does not
+  // see may still use it.
+  ev::Tensor t = ev::zeros({4});
+  ev::Tensor u = t + t;
+  u.wait();
+  EXPECT_FALSE(u.state()->storage->escaped()) << "an op's output, never handed out";
+  (void)u.data_ptr();
+  EXPECT_TRUE(u.state()->storage->escaped());
+  (void)t.data<float>();  // through data<T>() too
+  EXPECT_TRUE(t.state()->storage->escaped());
+}

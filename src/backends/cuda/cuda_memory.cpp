@@ -20,7 +20,10 @@ std::atomic<bool> g_shut_down{false};
 // Device blocks no op uses any more, kept for the next allocation of their size. A block
 // comes back only when the last reference to its storage goes, and every op that used it
 // holds a reference until it has finished on the GPU: a returned block is idle, and may be
-// handed out at once for any stream of its device, with no ordering to add. That is what makes
+// handed out at once for any stream of its device, with no ordering to add. Not so a block
+// whose address left eventide (Storage::escaped: the user's kernels, another library through
+// DLPack, which may still use it when they let go): it goes back to the pool on the legacy
+// stream as before, ordered after the work of the blocking streams. That is what makes
 // the cache this simple (and what a stream-ordered pool cannot assume: freeing on one stream
 // and allocating on another makes the driver order the two). It spares the small ops of a
 // chain the allocation calls (cudaSetDevice, cudaMallocAsync, cudaFreeAsync on the legacy
@@ -108,7 +111,7 @@ class DeviceStorage final : public Storage {
     // Every op using the memory has finished (they hold references until then): the block is
     // idle. Kept for the next allocation of its size, or back to the pool at once, on any
     // stream.
-    if (block_cache().give(device().index(), cached_size(bytes()), data())) return;
+    if (!escaped() && block_cache().give(device().index(), cached_size(bytes()), data())) return;
     int previous = -1;
     cudaGetDevice(&previous);
     if (previous != device().index()) cudaSetDevice(device().index());
