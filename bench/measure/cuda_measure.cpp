@@ -1,6 +1,7 @@
 #include "cuda_measure.hpp"
 
 #include <cublasLt.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -349,6 +350,85 @@ Compared completion_callback(Device gpu, int rounds) {
   EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
   return c;
 }
+
+// A gate the host opens, then a tiny op behind it, then its end noticed on the host: by
+// `notice` (0: Event::wait / cudaEventSynchronize; 1: a callback / cudaLaunchHostFunc). Ours:
+// a UserEvent the stream waits for (the op is held on the host until it is set); the raw
+// anchor: cuStreamWaitValue32 on a pinned word in the stream, the same kernel behind it.
+static Compared gate_op(Device gpu, int rounds, bool callback) {
+  use_device(gpu);
+  constexpr int kElems = 256;
+  struct Stamp {
+    std::atomic<std::int64_t> at{0};
+  };
+  Compared c;
+  {
+    ev::Stream s(gpu);
+    ev::StreamGuard guard(s);
+    const ev::Tensor y = ev::ones({kElems}, ev::DType::f32, gpu);
+    const ev::Tensor x = ev::zeros({kElems}, ev::DType::f32, gpu);
+    x.wait();
+    for (int i = 0; i < rounds; ++i) {
+      ev::UserEvent gate;
+      s.wait(gate);
+      ev::Event e;
+      e.record(x + y);
+      auto stamp = std::make_shared<Stamp>();
+      if (callback) e.add_callback([stamp] { stamp->at.store(now_ns(), std::memory_order_release); });
+      settle();
+      const std::int64_t t0 = now_ns();
+      gate.set();
+      if (callback) {
+        while (stamp->at.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+        c.ours.push_back(static_cast<double>(stamp->at.load() - t0));
+      } else {
+        e.wait();
+        c.ours.push_back(static_cast<double>(now_ns() - t0));
+      }
+    }
+    s.synchronize();
+  }
+  Pinned p;
+  const auto word = reinterpret_cast<CUdeviceptr>(p.device_ptr(0));
+  RawStream raw;
+  RawEvent done(cudaEventDisableTiming);
+  DeviceMemory a(kElems * sizeof(float)), one(kElems * sizeof(float)), out(kElems * sizeof(float));
+  EVENTIDE_BENCH_CHECK(cudaMemset(a.p, 0, kElems * sizeof(float)));
+  EVENTIDE_BENCH_CHECK(cudaMemset(one.p, 0, kElems * sizeof(float)));
+  Stamp host_fn;
+  std::uint32_t v = 0;
+  for (int i = 0; i < rounds; ++i) {
+    ++v;
+    host_fn.at.store(0);
+    if (cuStreamWaitValue32(reinterpret_cast<CUstream>(raw.s), word, v, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
+      throw std::runtime_error("cuStreamWaitValue32 failed");
+    }
+    kernels::add(static_cast<const float*>(a.p), static_cast<const float*>(one.p), static_cast<float*>(out.p),
+                 kElems, raw.s);
+    if (callback) {
+      EVENTIDE_BENCH_CHECK(cudaLaunchHostFunc(
+          raw.s, [](void* d) { static_cast<Stamp*>(d)->at.store(now_ns(), std::memory_order_release); },
+          &host_fn));
+    } else {
+      EVENTIDE_BENCH_CHECK(cudaEventRecord(done.e, raw.s));
+    }
+    settle();
+    const std::int64_t t0 = now_ns();
+    p.at(0) = v;
+    if (callback) {
+      while (host_fn.at.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+      c.anchor.push_back(static_cast<double>(host_fn.at.load() - t0));
+    } else {
+      EVENTIDE_BENCH_CHECK(cudaEventSynchronize(done.e));
+      c.anchor.push_back(static_cast<double>(now_ns() - t0));
+    }
+  }
+  EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(raw.s));
+  return c;
+}
+
+Compared gate_op_wait(Device gpu, int rounds) { return gate_op(gpu, rounds, false); }
+Compared gate_op_callback(Device gpu, int rounds) { return gate_op(gpu, rounds, true); }
 
 Compared timing_error(Device gpu, int rounds) {
   use_device(gpu);

@@ -51,6 +51,13 @@ Compared completion_wait(Device gpu, int rounds,
 // The same, noticed by a completion callback / cudaLaunchHostFunc.
 Compared completion_callback(Device gpu, int rounds);
 
+// A host-opened gate, a tiny op behind it, its end noticed by Event::wait (gate_op_wait) or a
+// callback (gate_op_callback): from opening the gate to the notice. Ours: a UserEvent that
+// the stream waits for; anchor: cuStreamWaitValue32 on a pinned word, then
+// cudaEventSynchronize / cudaLaunchHostFunc.
+Compared gate_op_wait(Device gpu, int rounds);
+Compared gate_op_callback(Device gpu, int rounds);
+
 // |time_elapsed - the kernel's own %globaltimer duration| for a ~10 µs kernel / the same error
 // for a CUDA event pair around the kernel; anchor2: the kernel's own durations.
 Compared timing_error(Device gpu, int rounds);

@@ -126,6 +126,25 @@ std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
                        6000, true);
   }});
 
+  // Issue 12's gated figures: a host-opened gate, a tiny op behind it, its end noticed.
+  suite.push_back({"gate.op_wait", "UserEvent gate -> op -> wait() returns", quick ? 0.3 : 2.0, [=] {
+    cuda::Compared c = cuda::gate_op_wait(gpu, quick ? 50 : 500);
+    Bar ours = time_bar("eventide", c.ours);
+    Bar raw = time_bar("cuStreamWaitValue32 gate + cudaEventSynchronize", c.anchor);
+    const double goal = 1.2 * raw.value;
+    return time_figure("gate.op_wait", "host `UserEvent` gate → tiny op → `wait()` returns, p50 / p99",
+                       ours, {raw}, "≤ 1.2× the GPU-side gate", ours.value <= goal, goal, true);
+  }});
+
+  suite.push_back({"gate.op_callback", "UserEvent gate -> op -> a callback runs", quick ? 0.3 : 2.0, [=] {
+    cuda::Compared c = cuda::gate_op_callback(gpu, quick ? 50 : 300);
+    Bar ours = time_bar("eventide", c.ours);
+    Bar raw = time_bar("cuStreamWaitValue32 gate + cudaLaunchHostFunc", c.anchor);
+    const double goal = 0.3 * raw.value;
+    return time_figure("gate.op_callback", "host `UserEvent` gate → tiny op → a callback runs, p50 / p99",
+                       ours, {raw}, "≤ 0.3× cudaLaunchHostFunc", ours.value <= goal, goal, true);
+  }});
+
   suite.push_back({"timing.error", "time_elapsed() beside a CUDA event pair", quick ? 0.1 : 0.5, [=] {
     cuda::Compared c = cuda::timing_error(gpu, timing_rounds);
     Bar ours = time_bar("eventide", c.ours);

@@ -330,6 +330,59 @@ TEST(CudaTest, AnOpOnAnotherStreamWaitsForItsInputOnTheGpu) {
   });
 }
 
+// eventide's own kernels write their op's end themselves (kernels::EndSignal: the last block
+// to finish), where a library call or a copy is followed by a progress write. Neither may
+// show an op finished before all of its blocks have written, whichever way another stream or
+// the host learns of it, and each op keeps its own time.
+TEST(CudaTest, AnOpWhoseKernelWritesItsEndIsFinishedOnlyOnceEveryBlockHasWritten) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s1(kGpu), s2(kGpu);
+    constexpr std::int64_t kBig = std::int64_t{1} << 24;  // far more blocks than one wave
+    ev::Tensor one = ev::ones({kBig}, ev::DType::f32, kGpu);
+    ev::Tensor x = ev::zeros({kBig}, ev::DType::f32, kGpu);
+    ev::Tensor a = ev::full({64, 64}, 1.0, ev::DType::f32, kGpu);
+    ev::Tensor y;
+    for (int round = 0; round < 4; ++round) {
+      {
+        ev::StreamGuard g(s1);
+        for (int i = 0; i < 8; ++i) x = x + one;        // written by their kernels
+        a = ev::matmul(a, ev::full({64, 64}, 1.0 / 64, ev::DType::f32, kGpu));  // a progress write
+        x = x + one;
+      }
+      {
+        ev::StreamGuard g(s2);  // waits for s1's counter on the GPU
+        y = x * ev::full({kBig}, 2.0, ev::DType::f32, kGpu);
+      }
+      ev::Event e;
+      e.record(y);
+      e.wait();
+      EXPECT_TRUE(x.ready()) << "y read x: x's end was published before y's";
+      const float want = 2.0f * static_cast<float>(9 * (round + 1));
+      auto v = y.to_vector<float>();
+      std::size_t wrong = 0;
+      for (float f : v) wrong += f != want;
+      EXPECT_EQ(wrong, 0u) << "round " << round << ": y = 2 * x read an x not fully written";
+    }
+    EXPECT_FLOAT_EQ(a.to_vector<float>()[0], 1.0f);
+    // Small ops back to back, each waited for and timed at once: the time of an op seen
+    // finished by its own kernel's write is its kernel's, not missing.
+    ev::StreamGuard g(s1);
+    ev::Tensor z = ev::zeros({256}, ev::DType::f32, kGpu);
+    ev::Tensor o = ev::ones({256}, ev::DType::f32, kGpu);
+    int untimed = 0;
+    for (int i = 0; i < 200; ++i) {
+      ev::Event e;
+      z = z + o;
+      e.record(z);
+      e.wait();
+      untimed += e.time_elapsed().count() <= 0.0;
+    }
+    if (times_are_cupti()) EXPECT_EQ(untimed, 0) << "ops whose time was lost";
+    EXPECT_EQ(z.to_vector<float>()[255], 200.0f);
+  });
+}
+
 TEST(CudaTest, AUserEventGatesAGpuStreamWithoutTheHost) {
   REQUIRE_GPU();
   run_with_deadline([] {

@@ -129,25 +129,32 @@ void matmul(int device, cudaStream_t stream, const void* a, const void* b, void*
     if (!p) p = make_plan(handle, s, dtype, tf32, workspace_bytes);
     plan = p.get();
   }
-  const std::string what = "for matmul (" + std::to_string(s.batch) + " x " + std::to_string(s.m) +
-                           " x " + std::to_string(s.k) + " x " + std::to_string(s.n) + ", " +
-                           std::string(name(dtype)) + ") on cuda:" + std::to_string(device);
+  // The call's description, for a failure's message only.
+  auto what = [&] {
+    return "for matmul (" + std::to_string(s.batch) + " x " + std::to_string(s.m) + " x " +
+           std::to_string(s.k) + " x " + std::to_string(s.n) + ", " + std::string(name(dtype)) +
+           ") on cuda:" + std::to_string(device);
+  };
   if (s.k == 0) {
     // Nothing to accumulate: C is zero (cuBLASLt with k = 0 is not defined for every algo).
     cudaError_t st = cudaMemsetAsync(c, 0, static_cast<std::size_t>(s.batch * s.m * s.n) * itemsize(dtype), stream);
-    if (st != cudaSuccess) throw DeviceError(std::string("cudaMemsetAsync failed ") + what, "cudaMemsetAsync", st);
+    if (st != cudaSuccess) throw DeviceError(std::string("cudaMemsetAsync failed ") + what(), "cudaMemsetAsync", st);
     return;
   }
   if (dtype == DType::f64) {
     const double alpha = 1.0, beta = 0.0;
-    check_lt(cublasLtMatmul(handle, plan->desc, &alpha, b, plan->a, a, plan->b, &beta, c, plan->c, c,
-                            plan->c, &plan->algo, workspace, workspace_bytes, stream),
-             "cublasLtMatmul", what);
+    if (cublasStatus_t st = cublasLtMatmul(handle, plan->desc, &alpha, b, plan->a, a, plan->b, &beta, c,
+                                           plan->c, c, plan->c, &plan->algo, workspace, workspace_bytes, stream);
+        st != CUBLAS_STATUS_SUCCESS) {
+      check_lt(st, "cublasLtMatmul", what());
+    }
   } else {
     const float alpha = 1.0f, beta = 0.0f;
-    check_lt(cublasLtMatmul(handle, plan->desc, &alpha, b, plan->a, a, plan->b, &beta, c, plan->c, c,
-                            plan->c, &plan->algo, workspace, workspace_bytes, stream),
-             "cublasLtMatmul", what);
+    if (cublasStatus_t st = cublasLtMatmul(handle, plan->desc, &alpha, b, plan->a, a, plan->b, &beta, c,
+                                           plan->c, c, plan->c, &plan->algo, workspace, workspace_bytes, stream);
+        st != CUBLAS_STATUS_SUCCESS) {
+      check_lt(st, "cublasLtMatmul", what());
+    }
   }
 }
 

@@ -27,10 +27,11 @@ std::atomic<bool> g_shut_down{false};
 // the cache this simple (and what a stream-ordered pool cannot assume: freeing on one stream
 // and allocating on another makes the driver order the two). It spares the small ops of a
 // chain the allocation calls (cudaSetDevice, cudaMallocAsync, cudaFreeAsync on the legacy
-// stream), which cost them about 5 µs each on an H200. Only small blocks are kept, up to a
-// bound per device; an allocation that finds the device out of memory frees them all first.
+// stream), which cost them about 5 µs each on an H200. Blocks of up to 32 MiB are kept (the
+// output of a bf16 matmul of n = 1024 is 2 MiB, and its op is host-bound too), up to a bound
+// per device; an allocation that finds the device out of memory frees them all first.
 constexpr std::size_t kCachedGranule = 512;                  // sizes rounded up to this
-constexpr std::size_t kLargestCachedBlock = std::size_t{1} << 20;
+constexpr std::size_t kLargestCachedBlock = std::size_t{32} << 20;
 constexpr std::size_t kMaxCachedPerDevice = std::size_t{256} << 20;
 
 std::size_t cached_size(std::size_t bytes) noexcept {

@@ -2,6 +2,7 @@
 
 #include <new>
 #include <thread>
+#include <utility>
 
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_progress.hpp"
@@ -16,6 +17,20 @@ using detail::Ref;
 
 namespace {
 
+thread_local kernels::EndSignal* t_op_signal = nullptr;
+
+// Offers `signal` to the op body run in its lifetime (launching_op_signal).
+class OfferSignal {
+ public:
+  explicit OfferSignal(kernels::EndSignal* signal) noexcept : previous_(t_op_signal) { t_op_signal = signal; }
+  ~OfferSignal() { t_op_signal = previous_; }
+  OfferSignal(const OfferSignal&) = delete;
+  OfferSignal& operator=(const OfferSignal&) = delete;
+
+ private:
+  kernels::EndSignal* previous_;
+};
+
 std::atomic<std::uint64_t>* as_counter(const PinnedWord& w) {
   // A pinned word the GPU writes with cuStreamWriteValue64 and the host reads: a lock-free
   // 64-bit atomic has the word's layout.
@@ -24,6 +39,8 @@ std::atomic<std::uint64_t>* as_counter(const PinnedWord& w) {
 }
 
 }  // namespace
+
+kernels::EndSignal* launching_op_signal() noexcept { return t_op_signal; }
 
 // --- CudaTimeline ------------------------------------------------------------------------
 
@@ -130,6 +147,28 @@ const Dep* CudaStream::host_wait(const Work& work) noexcept {
   return nullptr;
 }
 
+kernels::EndSignal* CudaStream::end_signal_for(const Work& work, kernels::EndSignal& signal) noexcept {
+  if (!owner_.progress().gpu_writes_counter()) return nullptr;
+  if (!arrivals_) {
+    // Zeroed in stream order before the first kernel that counts in it.
+    try {
+      Ref<Storage> count = allocate_device(device(), sizeof(std::uint64_t), native_.get());
+      if (cudaMemsetAsync(count->data(), 0, sizeof(std::uint64_t), native_.get()) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return nullptr;
+      }
+      arrivals_ = std::move(count);
+    } catch (...) {
+      return nullptr;  // its end is published by a progress write instead
+    }
+  }
+  signal.word = reinterpret_cast<std::uint64_t*>(timeline_.counter_address());
+  signal.arrivals = static_cast<std::uint64_t*>(arrivals_->data());
+  signal.value = work.seq();
+  signal.launched = false;
+  return &signal;
+}
+
 void CudaStream::order_after(const Dep& dep, bool& decided_later) {
   Work& w = *dep.work;
   if (w.done()) return;
@@ -141,12 +180,16 @@ void CudaStream::order_after(const Dep& dep, bool& decided_later) {
 }
 
 void CudaStream::ensure_watched() noexcept {
-  bool newly = false;
+  bool newly;
   {
     std::lock_guard lock(inflight_mu_);
-    if (!watched_) watched_ = newly = true;
+    newly = !std::exchange(watched_, true);
   }
-  if (newly) {
+  watch_or_wake(newly);
+}
+
+void CudaStream::watch_or_wake(bool newly_watched) noexcept {
+  if (newly_watched) {
     owner_.watcher().watch(std::static_pointer_cast<CudaStream>(shared_from_this()));
   } else {
     owner_.wake();
@@ -234,6 +277,7 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
   auto fail = [&](std::exception_ptr e) {
     if (!work->error()) work->set_error(std::move(e));
   };
+  kernels::EndSignal signal;  // launched: the op's kernel writes its end
   std::exception_ptr lost = owner_.broken();
   if (lost) {
     // Nothing runs on this device any more: the work fails here, in order (what was before
@@ -257,6 +301,9 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
       }
     }
     if (!work->error() && work->body()) {
+      // (Before the timing scope: the first op's signal zeroes the stream's block count, a
+      // memset that is not the op's work.)
+      OfferSignal offer(end_signal_for(*work, signal));
       Timing::Scope scope(Timing::get(), *work, native_.get());
       work->body()();
     } else if (!work->error() && work->kind() == detail::WorkKind::marker) {
@@ -268,19 +315,21 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
     fail(std::current_exception());
   }
   try {
-    owner_.progress().publish(*this, *work);
+    if (!signal.launched || work->error()) owner_.progress().publish(*this, *work);
   } catch (...) {
     // Without its progress write the timeline cannot move: the device is in trouble.
     lost = std::current_exception();
     fail(lost);
   }
   if (decided_later) work->decide_error_later();
+  bool newly_watched;
   {
     std::lock_guard lock(inflight_mu_);
     if (inflight_.empty()) oldest_inflight_.store(work->seq(), std::memory_order_release);
     inflight_.push_back(std::move(work));  // linked through the Work: no allocation
+    newly_watched = !std::exchange(watched_, true);
   }
-  ensure_watched();
+  watch_or_wake(newly_watched);
   return lost;
 }
 

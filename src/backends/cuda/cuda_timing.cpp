@@ -33,6 +33,9 @@ constexpr double kNsPerMs = 1e6;
 constexpr int kClockBrackets = 8;
 // Device memory for the calibration's one-element kernel.
 constexpr std::size_t kCalibrationScratchBytes = 64;
+// A finished op that launched work but has no record yet is made final (without a time) only
+// after this many more flushes (Impl::finalize).
+constexpr std::uint64_t kRecordGraceFlushes = 3;
 // The watcher flushes CUPTI's buffers once this many finished ops wait for their records.
 constexpr std::size_t kFlushWhenRetired = 1024;
 // Markers measured from an anchor more than this far away (float milliseconds: 60 ns steps at
@@ -67,9 +70,10 @@ struct Timing::Impl {
   std::unordered_map<std::uint64_t, Entry> entries;  // by our correlation id
   std::unordered_map<const Work*, std::uint64_t> ids;
   std::unordered_map<std::uint32_t, std::uint64_t> by_correlation;  // CUPTI's id -> ours
-  // Activity records whose external correlation record has not been seen yet.
+  // Activity records of no op's launch seen so far (other code's work, in practice).
   std::unordered_map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> orphans;
   std::uint64_t next_id = 1;
+  std::atomic<int> open_scopes{0};  // CUPTI mode: Scopes whose launches are not tied yet
   std::uint64_t epoch = 1;
   // Retired entries not yet final. Changed under mu; read without it by maintain(), which the
   // watcher calls on every turn of its loop (taking mu there made op launches, which take it
@@ -94,23 +98,22 @@ struct Timing::Impl {
                                                           static_cast<std::int64_t>(end));
   }
 
+  // The launching call `correlation` (CUPTI's id) was made for the op `id`. Under mu.
+  void launched(std::uint64_t id, std::uint32_t correlation) {
+    auto it = entries.find(id);
+    if (it == entries.end()) return;
+    it->second.correlations.push_back(correlation);
+    by_correlation[correlation] = id;
+    if (auto o = orphans.find(correlation); o != orphans.end()) {
+      merge(id, o->second.first, o->second.second);
+      orphans.erase(o);
+    }
+  }
+
   void take(CUpti_Activity* rec) {
     std::uint32_t correlation = 0;
     std::uint64_t start = 0, end = 0;
     switch (rec->kind) {
-      case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-        auto* r = reinterpret_cast<CUpti_ActivityExternalCorrelation*>(rec);
-        if (r->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) return;
-        auto it = entries.find(r->externalId);
-        if (it == entries.end()) return;
-        by_correlation[r->correlationId] = r->externalId;
-        it->second.correlations.push_back(r->correlationId);
-        if (auto o = orphans.find(r->correlationId); o != orphans.end()) {
-          merge(r->externalId, o->second.first, o->second.second);
-          orphans.erase(o);
-        }
-        return;
-      }
       case CUPTI_ACTIVITY_KIND_KERNEL:
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         auto* r = reinterpret_cast<CUpti_ActivityKernel10*>(rec);
@@ -141,7 +144,7 @@ struct Timing::Impl {
         break;
       }
       default:
-        return;  // API records: only there so that the external correlation records exist
+        return;
     }
     if (auto it = by_correlation.find(correlation); it != by_correlation.end()) {
       merge(it->second, start, end);
@@ -202,7 +205,12 @@ struct Timing::Impl {
   void finalize(std::uint64_t before) {
     for (auto it = entries.begin(); it != entries.end();) {
       Entry& e = it->second;
-      if (e.retired_epoch == 0 || e.retired_epoch >= before) {
+      // An op whose own kernel wrote its end (kernels::EndSignal) is seen finished a moment
+      // before the kernel has ended, and so before its record exists: one that launched work
+      // and has no record yet waits a few more flushes for it.
+      const bool record_due = !e.work->has_times() && !e.correlations.empty() &&
+                              before - e.retired_epoch <= kRecordGraceFlushes;
+      if (e.retired_epoch == 0 || e.retired_epoch >= before || record_due) {
         ++it;
         continue;
       }
@@ -212,8 +220,9 @@ struct Timing::Impl {
       retired_waiting.fetch_sub(1, std::memory_order_relaxed);
       it = entries.erase(it);
     }
-    // Records still without their correlation record belong to other code's launches.
-    orphans.clear();
+    // Records of no op's launch belong to other code's launches, unless an op's launch is
+    // still being tied to its calls (a Scope open on some thread): then they may be its own.
+    if (open_scopes.load() == 0) orphans.clear();
   }
 };
 
@@ -253,26 +262,70 @@ Timing::Mode mode_from_env() {
   return Timing::Mode::cupti;
 }
 
+// Whether a Scope is open on this thread, and the correlation ids of the
+// launching calls made in it so far: CUPTI's callback notes them here, without a lock (it runs
+// inside CUDA's call, where taking the lock that CUPTI's buffer callback takes could
+// deadlock), and the Scope ties them to the op when it closes.
+thread_local bool t_scope_open = false;
+thread_local std::vector<std::uint32_t> t_correlations;
+
+void CUPTIAPI api_entered(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
+  // Called by CUPTI (C): nothing may escape. A correlation that cannot be kept (out of
+  // memory) loses that launch's time, never more.
+  const auto* info = static_cast<const CUpti_CallbackData*>(data);
+  if (!t_scope_open || info->callbackSite != CUPTI_API_ENTER) return;
+  try {
+    t_correlations.push_back(info->correlationId);
+  } catch (...) {
+  }
+}
+
+// Whether CUDA's call `name` puts work on the GPU that CUPTI records (kernels, copies, sets).
+bool launches_work(const char* name) {
+  for (const char* prefix : {"cuLaunch", "cuMemcpy", "cuMemset", "cuGraphLaunch", "cudaLaunch",
+                             "cudaMemcpy", "cudaMemset", "cudaGraphLaunch"}) {
+    if (std::strncmp(name, prefix, std::strlen(prefix)) == 0) return true;
+  }
+  return false;
+}
+
 std::string start_cupti() {
   auto fail = [](const char* call, CUptiResult r) { return std::string(call) + ": " + cupti_text(r); };
   if (CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS) {
     return fail("cuptiActivityRegisterCallbacks", r);
   }
-  for (CUpti_ActivityKind kind :
-       {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-        CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET}) {
+  for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                  CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET}) {
     if (CUptiResult r = cuptiActivityEnable(kind); r != CUPTI_SUCCESS) {
       return fail("cuptiActivityEnable", r);
     }
   }
-  // External correlation records come with API records, so the API calls are recorded too.
-  // This makes each CUDA call of the process slower while CUPTI runs (cudaEventQuery 1.3 µs
-  // instead of 0.3 on an H200). Recording only the launching calls
-  // (cuptiActivityEnableRuntimeApi) lost the records of kernels launched with <<<>>> under
-  // CUDA 13, and with them their times.
-  for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER}) {
-    if (CUptiResult r = cuptiActivityEnable(kind); r != CUPTI_SUCCESS) return fail("cuptiActivityEnable", r);
+  // Which op a record belongs to: a callback on the calls that launch work only, by name in
+  // both API domains (under CUDA 13 a <<<>>> launch shows as the driver's cuLaunchKernel,
+  // cuBLASLt's as cuLaunchKernelEx). Every other call runs untouched: recording all API
+  // calls, which external correlation ids need, made each CUDA call of the process slower
+  // (cudaGetDevice + cudaSetDevice 1.1 µs instead of 0.1 on an H200).
+  CUpti_SubscriberHandle subscriber = nullptr;
+  if (CUptiResult r = cuptiSubscribe(&subscriber, api_entered, nullptr); r != CUPTI_SUCCESS) {
+    return fail("cuptiSubscribe", r);
   }
+  struct DomainRange {
+    CUpti_CallbackDomain domain;
+    CUpti_CallbackId size;
+  };
+  int enabled = 0;
+  for (DomainRange d : {DomainRange{CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE},
+                        DomainRange{CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE}}) {
+    for (CUpti_CallbackId cbid = 1; cbid < d.size; ++cbid) {
+      const char* name = nullptr;
+      if (cuptiGetCallbackName(d.domain, cbid, &name) != CUPTI_SUCCESS || !name || !launches_work(name)) continue;
+      if (CUptiResult r = cuptiEnableCallback(1, subscriber, d.domain, cbid); r != CUPTI_SUCCESS) {
+        return fail("cuptiEnableCallback", r);
+      }
+      ++enabled;
+    }
+  }
+  if (enabled == 0) return "cuptiGetCallbackName: no launching call found";
   return {};
 }
 
@@ -467,6 +520,15 @@ Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
     : timing_(timing), work_(work), stream_(stream) {
   if (timing_.mode_ == Mode::off) return;
   Impl& impl = *timing_.impl_;
+  if (timing_.mode_ == Mode::cupti) {
+    // The op's entry is made when the scope closes, with the calls it made (none: no entry,
+    // and retired() finds it untimed).
+    previous_open_ = t_scope_open;
+    first_ = t_correlations.size();
+    t_scope_open = true;
+    impl.open_scopes.fetch_add(1);
+    return;
+  }
   cudaEvent_t start = nullptr;
   {
     std::lock_guard lock(impl.mu);
@@ -474,31 +536,39 @@ Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
     Impl::Entry& e = impl.entries[id_];
     e.work = Ref<Work>(&work);
     impl.ids[&work] = id_;
-    if (timing_.mode_ == Mode::events) {
-      cudaGetDevice(&e.device);
-      impl.reference_of(e.device);
-      for (cudaEvent_t* ev : {&e.start, &e.end}) {
-        if (!impl.spare_events.empty()) {
-          *ev = impl.spare_events.back();
-          impl.spare_events.pop_back();
-        } else {
-          cudaEventCreate(ev);
-        }
+    cudaGetDevice(&e.device);
+    impl.reference_of(e.device);
+    for (cudaEvent_t* ev : {&e.start, &e.end}) {
+      if (!impl.spare_events.empty()) {
+        *ev = impl.spare_events.back();
+        impl.spare_events.pop_back();
+      } else {
+        cudaEventCreate(ev);
       }
-      start = e.start;
     }
+    start = e.start;
   }
-  if (timing_.mode_ == Mode::cupti) {
-    cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id_);
-  } else {
-    cudaEventRecord(start, stream_);
-  }
+  cudaEventRecord(start, stream_);
 }
 
 Timing::Scope::~Scope() {
   if (timing_.mode_ == Mode::cupti) {
-    std::uint64_t last = 0;
-    cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
+    Impl& impl = *timing_.impl_;
+    if (t_correlations.size() > first_) {
+      try {
+        std::lock_guard lock(impl.mu);
+        const std::uint64_t id = impl.next_id++;
+        Impl::Entry& e = impl.entries[id];
+        e.work = Ref<Work>(&work_);
+        impl.ids[&work_] = id;
+        for (std::size_t i = first_; i < t_correlations.size(); ++i) impl.launched(id, t_correlations[i]);
+      } catch (...) {
+        // Out of memory: the launches not tied lose their time (the op's is partial or unknown).
+      }
+    }
+    t_correlations.resize(first_);
+    t_scope_open = previous_open_;
+    impl.open_scopes.fetch_sub(1);
   } else if (timing_.mode_ == Mode::events) {
     cudaEvent_t end = nullptr;
     {
@@ -566,8 +636,8 @@ void Timing::await(Work& work) {
   retired(work);  // finished (the caller waited for it), even if the watcher has not seen it yet
   if (work.timing_known() || mode_ != Mode::cupti) return;
   std::lock_guard flush_lock(impl_->flush_mu);
-  if (work.timing_known()) return;  // another thread's flush covered it
-  flush_locked();
+  // (Another thread's flush may have covered it; each flush is a new epoch, so this ends.)
+  while (!work.timing_known()) flush_locked();
 }
 
 void Timing::await_all(std::span<Work* const> works) {
@@ -582,9 +652,12 @@ void Timing::await_all(std::span<Work* const> works) {
     if (!w->timing_known()) unknown = true;
   }
   if (!unknown || mode_ != Mode::cupti) return;
-  // Every one of them is retired now: one flush makes all their times final.
+  // Every one of them is retired now: a flush makes their times final (a few, where a
+  // record was not out yet: finalize).
   std::lock_guard flush_lock(impl_->flush_mu);
-  flush_locked();
+  for (Work* w : works) {
+    while (!w->timing_known()) flush_locked();
+  }
 }
 
 std::int64_t Timing::to_host_ns(int device, std::int64_t device_ns) noexcept {

@@ -75,11 +75,13 @@ void Watcher::remove_stream() noexcept {
 }
 
 void Watcher::ensure_started() {
+  if (started_.load(std::memory_order_acquire)) return;  // every submit asks: no lock then
   // Timing (CUPTI) is set up before the watcher thread exists, as when watch() started it:
   // CUPTI is enabled on the user's thread before the watcher makes its first CUDA call.
   (void)Timing::get();
   std::lock_guard lock(mu_);
   if (!thread_.joinable() && !stop_.load()) thread_ = detail::RuntimeThread([this] { run(); });
+  if (thread_.joinable()) started_.store(true, std::memory_order_release);
 }
 
 void Watcher::watch(std::shared_ptr<CudaStream> stream) noexcept {

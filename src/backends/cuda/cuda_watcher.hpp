@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "core/parker.hpp"
@@ -65,6 +66,14 @@ class Watcher {
   // Fails everything in flight and held on the listed streams with `error` (the device is
   // lost).
   void abandon_all(const std::exception_ptr& error) noexcept;
+  // fork(): holds the watcher between two turns until resume_after_fork (parent) or
+  // forget_after_fork (child), so that no lock a turn takes (the list's, a stream's, the
+  // timing's) is held by it at the fork: the child would find it taken forever. Gives up at
+  // `deadline` (a turn that does not end: a callback waiting for the forking thread), and
+  // does nothing on the watcher's own thread (a callback that forks).
+  void pause_for_fork(detail::Clock::time_point deadline) noexcept;
+  void resume_after_fork() noexcept;
+  void forget_after_fork() noexcept;  // in the child: the thread is gone, the pause with it
   // Stops the thread, waiting for it until `deadline` (then it is left running: see
   // RuntimeThread).
   void stop(detail::Clock::time_point deadline) noexcept;
@@ -87,8 +96,13 @@ class Watcher {
   std::atomic<std::size_t> streams_{0};
   std::atomic<std::uint64_t> watched_version_{0};  // bumped (under mu_) when watched_ changes
 
+  // Held by the thread through each turn of its loop (not while it sleeps or spins), and by
+  // pause_for_fork across a fork.
+  std::timed_mutex turn_mu_;
+  int fork_pauses_ = 0;  // the forking thread's: pause_for_fork calls that got turn_mu_
   detail::Ref<detail::Parker> parker_ = detail::make_ref<detail::Parker>();
   std::atomic<bool> stop_{false};
+  std::atomic<bool> started_{false};  // ensure_started has started the thread
   std::atomic<std::uint64_t> wakes_{0};
   detail::RuntimeThread thread_;
 };
