@@ -257,8 +257,14 @@ void Runtime::shutdown() noexcept {
 
 void Runtime::prepare_fork() noexcept {
   const Clock::time_point deadline = Clock::now() + kForkGrace;
-  for (auto& c : contexts_) {
-    if (!c->lost_in_fork()) c->backend().before_fork(deadline, ForkLocks::hold);
+  // The GPUs first: a GPU's watcher may hand work to the CPU's pool in a turn, and must not
+  // find the pool's lock held by this thread while this thread waits for the turn to end.
+  for (bool cpu : {false, true}) {
+    for (auto& c : contexts_) {
+      if (!c->lost_in_fork() && (c->device() == Device::cpu()) == cpu) {
+        c->backend().before_fork(deadline, ForkLocks::hold);
+      }
+    }
   }
   host_dispatcher_.before_fork();
   for (auto& c : contexts_) c->dispatcher().before_fork();

@@ -107,6 +107,16 @@ class CudaBackend final : public detail::DeviceBackend {
     memory_shutdown();
   }
 
+  void before_fork(std::chrono::steady_clock::time_point deadline, detail::ForkLocks locks) noexcept override {
+    // Work on the GPU goes on across a fork; only the watcher's locks must be free in the
+    // child (pthread_atfork's step): it waits between two turns until after the fork.
+    if (locks == detail::ForkLocks::hold) state_.watcher().pause_for_fork(deadline);
+  }
+
+  void after_fork_in_parent(detail::ForkLocks locks) noexcept override {
+    if (locks == detail::ForkLocks::hold) state_.watcher().resume_after_fork();
+  }
+
   bool after_fork_in_child() noexcept override {
     // CUDA does not survive fork: the child has the parent's handles but no context, and not
     // the watcher thread. The work from before the fork fails instead of never finishing.
@@ -122,6 +132,8 @@ class CudaBackend final : public detail::DeviceBackend {
     // back (no CUDA call, and no lock of the block cache, which a parent thread may have held
     // at the fork).
     memory_shutdown();
+    state_.watcher().forget_after_fork();
+    Timing::forget_after_fork();
     state_.mark_broken(std::move(error));
     return false;
   }

@@ -229,6 +229,7 @@ struct Timing::Impl {
 namespace {
 
 Timing::Impl* g_impl = nullptr;  // for CUPTI's C callbacks
+std::atomic<bool> g_forked{false};  // this process is the child of a fork (forget_after_fork)
 
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
   *size = kBufferSize;
@@ -330,6 +331,8 @@ std::string start_cupti() {
 }
 
 }  // namespace
+
+void Timing::forget_after_fork() noexcept { g_forked.store(true, std::memory_order_release); }
 
 Timing& Timing::get() {
   static Timing* t = new Timing();  // never destroyed: CUPTI may call back during exit
@@ -581,7 +584,7 @@ Timing::Scope::~Scope() {
 }
 
 void Timing::retired(Work& work) noexcept {
-  if (mode_ == Mode::off) {
+  if (mode_ == Mode::off || g_forked.load(std::memory_order_acquire)) {
     work.finish_timing();
     return;
   }

@@ -86,6 +86,11 @@ class Timing {
   // nobody asked the time of do not pile up.
   void maintain();
 
+  // In the child of a fork: CUDA does not work here, and the timing's locks may have been
+  // held by a thread of the parent's; from now on a retired op is untimed, with no lock taken.
+  // (Static: it must not start the timing where it had not started.)
+  static void forget_after_fork() noexcept;
+
   struct Impl;  // the record keeping (cuda_timing.cpp), also reached by CUPTI's callbacks
 
  private:

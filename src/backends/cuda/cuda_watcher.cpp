@@ -38,6 +38,8 @@ constexpr auto kHealthCheckAfter = std::chrono::milliseconds(20);
 constexpr std::size_t kEntriesPerStream = 2;
 constexpr std::size_t kSpareEntries = 16;
 
+thread_local bool t_is_watcher = false;
+
 }  // namespace
 
 template <class Fn>
@@ -111,6 +113,20 @@ void Watcher::stop(detail::Clock::time_point deadline) noexcept {
   t.join_until(deadline);
 }
 
+void Watcher::pause_for_fork(detail::Clock::time_point deadline) noexcept {
+  if (t_is_watcher) return;
+  if (turn_mu_.try_lock_until(deadline)) ++fork_pauses_;
+}
+
+void Watcher::resume_after_fork() noexcept {
+  if (fork_pauses_ > 0) {
+    --fork_pauses_;
+    turn_mu_.unlock();
+  }
+}
+
+void Watcher::forget_after_fork() noexcept { resume_after_fork(); }
+
 void Watcher::check_health() noexcept {
   cudaError_t failed = cudaSuccess;
   std::shared_ptr<CudaStream> on;
@@ -135,6 +151,7 @@ void Watcher::check_health() noexcept {
 
 void Watcher::run() noexcept {
   pthread_setname_np(pthread_self(), "eventide-cuda");
+  t_is_watcher = true;
   prctl(PR_SET_TIMERSLACK, kWatcherTimerSlackNs, 0, 0, 0);
   cudaSetDevice(device_.device().index());
   using Clock = detail::Clock;
@@ -145,6 +162,7 @@ void Watcher::run() noexcept {
   std::vector<std::shared_ptr<CudaStream>> previous_streams;  // empty between turns
   std::uint64_t streams_version = ~std::uint64_t{0};
   while (!stop_.load(std::memory_order_acquire)) {
+    std::unique_lock turn(turn_mu_);  // let go before sleeping or spinning
     // The list changes rarely: copied (under mu_, which launches also take) only when it has.
     // Out of memory for the copy, this turn takes the streams one by one from the list itself
     // (the watcher's loop must not fail), and the next turn tries to copy again.
@@ -167,6 +185,7 @@ void Watcher::run() noexcept {
       previous_streams.clear();  // unlocked: may destroy streams
     }
     if (copied && streams.empty()) {
+      turn.unlock();
       parker_->park();
       last_progress = Clock::now();
       continue;
@@ -211,6 +230,7 @@ void Watcher::run() noexcept {
       continue;
     }
     if (now - last_progress > kHealthCheckAfter) check_health();
+    turn.unlock();
     if (now - last_progress < (listened ? kSpinWhileListened : kSpinWithoutProgress)) {
       detail::cpu_relax();
       continue;
