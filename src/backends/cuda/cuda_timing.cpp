@@ -10,6 +10,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -98,6 +99,58 @@ struct Timing::Impl {
                                                           static_cast<std::int64_t>(end));
   }
 
+  // Ops' launching calls, noted by closing Scopes: the launching threads take only this
+  // lock, never mu, which record delivery and finalize hold for long stretches (a launch
+  // that waited there paid for it). fold_pending() moves them into the maps, under mu.
+  struct Pending {
+    Ref<Work> work;
+    std::size_t first = 0;  // its correlation ids: pending_correlations[first, first + count)
+    std::size_t count = 0;
+  };
+  detail::RuntimeMutex pending_mu;
+  std::vector<Pending> pending;
+  std::vector<std::uint32_t> pending_correlations;
+  std::vector<Pending> folding;  // under mu: swapped with the above, their room kept
+  std::vector<std::uint32_t> folding_correlations;
+
+  // Notes the op's launching calls (a Scope closing). An op whose calls cannot be noted (out
+  // of memory) is left untimed.
+  void note(Work& work, std::span<const std::uint32_t> correlations) noexcept {
+    try {
+      std::lock_guard lock(pending_mu);
+      const std::size_t first = pending_correlations.size();
+      pending_correlations.insert(pending_correlations.end(), correlations.begin(), correlations.end());
+      try {
+        pending.push_back(Pending{Ref<Work>(&work), first, correlations.size()});
+      } catch (...) {
+        pending_correlations.resize(first);
+      }
+    } catch (...) {
+    }
+  }
+
+  // Under mu: the noted ops get their entries and their calls' correlations.
+  void fold_pending() noexcept {
+    {
+      std::lock_guard lock(pending_mu);
+      pending.swap(folding);
+      pending_correlations.swap(folding_correlations);
+    }
+    for (Pending& p : folding) {
+      try {
+        const std::uint64_t id = next_id++;
+        Entry& e = entries[id];
+        e.work = std::move(p.work);
+        ids[e.work.get()] = id;
+        for (std::size_t i = p.first; i < p.first + p.count; ++i) launched(id, folding_correlations[i]);
+      } catch (...) {
+        // Out of memory: the calls not tied lose their time (the op's is partial or unknown).
+      }
+    }
+    folding.clear();
+    folding_correlations.clear();
+  }
+
   // The launching call `correlation` (CUPTI's id) was made for the op `id`. Under mu.
   void launched(std::uint64_t id, std::uint32_t correlation) {
     auto it = entries.find(id);
@@ -110,6 +163,7 @@ struct Timing::Impl {
     }
   }
 
+  // A record (buffer_completed, under mu, after fold_pending).
   void take(CUpti_Activity* rec) {
     std::uint32_t correlation = 0;
     std::uint64_t start = 0, end = 0;
@@ -203,6 +257,10 @@ struct Timing::Impl {
 
   // Makes final the entries that retired before `before`. Under mu.
   void finalize(std::uint64_t before) {
+    // Read before the fold: a Scope that closed before this read has noted its calls, and the
+    // fold ties the records of those calls kept as orphans.
+    const bool no_scope_open = open_scopes.load() == 0;
+    fold_pending();
     for (auto it = entries.begin(); it != entries.end();) {
       Entry& e = it->second;
       // An op whose own kernel wrote its end (kernels::EndSignal) is seen finished a moment
@@ -222,7 +280,7 @@ struct Timing::Impl {
     }
     // Records of no op's launch belong to other code's launches, unless an op's launch is
     // still being tied to its calls (a Scope open on some thread): then they may be its own.
-    if (open_scopes.load() == 0) orphans.clear();
+    if (no_scope_open) orphans.clear();
   }
 };
 
@@ -243,6 +301,7 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
   // is lost: its op's time is then partial or unknown, never wrong about completion.
   if (g_impl && valid > 0) {
     std::lock_guard lock(g_impl->mu);
+    g_impl->fold_pending();  // the ops launched so far own their records
     CUpti_Activity* rec = nullptr;
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
       try {
@@ -558,16 +617,7 @@ Timing::Scope::~Scope() {
   if (timing_.mode_ == Mode::cupti) {
     Impl& impl = *timing_.impl_;
     if (t_correlations.size() > first_) {
-      try {
-        std::lock_guard lock(impl.mu);
-        const std::uint64_t id = impl.next_id++;
-        Impl::Entry& e = impl.entries[id];
-        e.work = Ref<Work>(&work_);
-        impl.ids[&work_] = id;
-        for (std::size_t i = first_; i < t_correlations.size(); ++i) impl.launched(id, t_correlations[i]);
-      } catch (...) {
-        // Out of memory: the launches not tied lose their time (the op's is partial or unknown).
-      }
+      impl.note(work_, std::span<const std::uint32_t>(t_correlations).subspan(first_));
     }
     t_correlations.resize(first_);
     t_scope_open = previous_open_;
@@ -595,6 +645,7 @@ void Timing::retired(Work& work) noexcept {
     return;
   }
   std::lock_guard lock(impl_->mu);
+  if (mode_ == Mode::cupti) impl_->fold_pending();  // its launches may not be folded yet
   auto id = impl_->ids.find(&work);
   if (id == impl_->ids.end()) {
     if (!work.timing_known()) work.finish_timing();  // launched nothing timed (a wait)
