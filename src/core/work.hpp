@@ -65,7 +65,10 @@ class Stamp : public RefCounted {
 class Work final : public RefCounted {
  public:
   Work(Ref<Timeline> timeline, std::string name, WorkKind kind)
-      : timeline_(std::move(timeline)), name_(std::move(name)), kind_(kind) {}
+      : timeline_(std::move(timeline)),
+        name_(std::move(name)),
+        kind_(kind),
+        launched_(!timeline_->device_written()) {}
 
   Timeline& timeline() const noexcept { return *timeline_; }
   const Ref<Timeline>& timeline_ref() const noexcept { return timeline_; }
@@ -81,9 +84,11 @@ class Work final : public RefCounted {
   // backend before the work can finish, so valid once done().
   const Ref<Stamp>& stamp() const noexcept { return stamp_; }
   void set_stamp(Ref<Stamp> stamp) noexcept { stamp_ = std::move(stamp); }
-  // Whether the work has been handed to its device (a GPU op held on the host until
-  // host-side work it depends on finishes has not): only launched work progresses without
-  // the host, so only launched work may be waited for by a device.
+  // Whether the work has been handed to its device: for a device-written timeline (a GPU's),
+  // false from its creation until its launch has ended (a GPU op held on the host until
+  // host-side work it depends on finishes has not been launched; one whose launch is under
+  // way may already have finished, written by its own kernel). Only launched work progresses
+  // without the host, so only launched work may be waited for by a device.
   bool launched() const noexcept { return launched_.load(std::memory_order_acquire); }
   void set_launched(bool launched) noexcept { launched_.store(launched, std::memory_order_release); }
 
@@ -146,7 +151,7 @@ class Work final : public RefCounted {
   std::uint64_t seq_ = 0;
   std::string name_;
   WorkKind kind_;
-  std::atomic<bool> launched_{true};
+  std::atomic<bool> launched_;
   mutable std::exception_ptr error_;
   mutable std::atomic<bool> deferred_{false};
   mutable SpinLock exec_mu_;  // deferred error vs. release of the deps

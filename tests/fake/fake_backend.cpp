@@ -223,13 +223,13 @@ class FakeStream final : public StreamState {
       // The device has failed: the work fails at once, in order.
       work->set_error(e);
       work->finish_timing();
+      work->set_launched(true);
       fake_timeline().write(work->seq());
       work->release_execution_state();
       return;  // its listeners fire at the next run() or notify(), as the watcher's would
     }
     if (!held_.empty() || host_side(*work)) {
-      work->set_launched(false);
-      held_.push_back(std::move(work));
+      held_.push_back(std::move(work));  // not launched (Work::launched) until released
       return;
     }
     launch_locked(std::move(work));
@@ -256,13 +256,13 @@ class FakeStream final : public StreamState {
       return !d.work->done() && d.kind != detail::DepKind::order;
     });
     if (pending) work->decide_error_later();
+    work->set_launched(true);
     launched_.push_back(std::move(work));
   }
   void release_held_locked() {
     while (!held_.empty() && !host_side(*held_.front())) {
       Ref<Work> w = std::move(held_.front());
       held_.pop_front();
-      w->set_launched(true);
       launch_locked(std::move(w));
     }
   }

@@ -40,7 +40,11 @@ std::atomic<std::uint64_t>* as_counter(const PinnedWord& w) {
 
 }  // namespace
 
-kernels::EndSignal* launching_op_signal() noexcept { return t_op_signal; }
+kernels::EndSignal* launching_op_signal() noexcept {
+  // Once: an op's end is its last kernel's to write, and a body that launched two kernels
+  // each asking would have the first write it early.
+  return std::exchange(t_op_signal, nullptr);
+}
 
 // --- CudaTimeline ------------------------------------------------------------------------
 
@@ -149,6 +153,9 @@ const Dep* CudaStream::host_wait(const Work& work) noexcept {
 
 kernels::EndSignal* CudaStream::end_signal_for(const Work& work, kernels::EndSignal& signal) noexcept {
   if (!owner_.progress().gpu_writes_counter()) return nullptr;
+  // Event pairs time an op from an event recorded after its kernel, which must have completed
+  // when the op is seen finished: the progress write after the event does that.
+  if (Timing::get().mode() == Timing::Mode::events) return nullptr;
   if (!arrivals_) {
     // Zeroed in stream order before the first kernel that counts in it.
     try {
@@ -241,8 +248,7 @@ void CudaStream::submit(Ref<Work> work) noexcept {
     // (A per-thread stream never holds work, so a failure set above is launched at once: it
     // only has to finish in order.)
     if (!held_.empty() || (!work->error() && !owner_.broken() && host_wait(*work))) {
-      work->set_launched(false);
-      held_.push_back(std::move(work));
+      held_.push_back(std::move(work));  // (not launched: set_launched when it is)
       held_count_.store(held_.size(), std::memory_order_release);
       if (held_.size() == 1) hold_until_ready();
       ensure_watched();
@@ -272,7 +278,6 @@ void CudaStream::release_if_due() noexcept {
 }
 
 std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
-  work->set_launched(true);
   bool decided_later = false;
   auto fail = [&](std::exception_ptr e) {
     if (!work->error()) work->set_error(std::move(e));
@@ -284,6 +289,7 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
     // it has been failed and passed by mark_broken).
     fail(lost);
     work->release_execution_state();
+    work->set_launched(true);
     timeline_.advance(work->seq());
     return nullptr;
   }
@@ -322,6 +328,9 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
     fail(lost);
   }
   if (decided_later) work->decide_error_later();
+  // Its launch has ended (its timing scope closed): other streams may wait for it on the GPU,
+  // and a thread that saw it finish may ask its time.
+  work->set_launched(true);
   bool newly_watched;
   {
     std::lock_guard lock(inflight_mu_);

@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <thread>
 #include <vector>
 
 #include "backends/cuda/cuda_api.hpp"
@@ -35,8 +36,9 @@ constexpr int kClockBrackets = 8;
 // Device memory for the calibration's one-element kernel.
 constexpr std::size_t kCalibrationScratchBytes = 64;
 // A finished op that launched work but has no record yet is made final (without a time) only
-// after this many more flushes (Impl::finalize).
-constexpr std::uint64_t kRecordGraceFlushes = 3;
+// this long after it retired (Impl::finalize): its own kernel may have written its end just
+// before the kernel ended, and its record comes after that end.
+constexpr std::int64_t kRecordGraceNs = 2'000'000;
 // The watcher flushes CUPTI's buffers once this many finished ops wait for their records.
 constexpr std::size_t kFlushWhenRetired = 1024;
 // Markers measured from an anchor more than this far away (float milliseconds: 60 ns steps at
@@ -48,6 +50,10 @@ constexpr std::int64_t kReferenceIdleNs = 100'000;
 // CUPTI's clock against the host's: measured again when the last measure is this old, so
 // that a long process follows a clock that is stepped or drifts.
 constexpr std::int64_t kCalibrationAgeNs = 10'000'000'000;
+
+// This process is the child of a fork (Timing::forget_after_fork): the timing's locks may have
+// been held by a thread of the parent's, and CUDA does not work here. Nothing takes them.
+std::atomic<bool> g_forked{false};
 
 const char* cupti_text(CUptiResult r) {
   const char* s = nullptr;
@@ -62,6 +68,7 @@ struct Timing::Impl {
     Ref<Work> work;
     std::vector<std::uint32_t> correlations;
     std::uint64_t retired_epoch = 0;  // 0: still running
+    std::int64_t retired_ns = 0;      // host_now_ns() when it retired
     cudaEvent_t start = nullptr;      // events mode
     cudaEvent_t end = nullptr;
     int device = 0;
@@ -72,7 +79,11 @@ struct Timing::Impl {
   std::unordered_map<const Work*, std::uint64_t> ids;
   std::unordered_map<std::uint32_t, std::uint64_t> by_correlation;  // CUPTI's id -> ours
   // Activity records of no op's launch seen so far (other code's work, in practice).
-  std::unordered_map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> orphans;
+  struct Orphan {
+    std::uint64_t start = 0, end = 0;
+    std::uint64_t epoch = 0;  // when it was delivered
+  };
+  std::unordered_map<std::uint32_t, Orphan> orphans;
   std::uint64_t next_id = 1;
   std::atomic<int> open_scopes{0};  // CUPTI mode: Scopes whose launches are not tied yet
   std::uint64_t epoch = 1;
@@ -158,7 +169,7 @@ struct Timing::Impl {
     it->second.correlations.push_back(correlation);
     by_correlation[correlation] = id;
     if (auto o = orphans.find(correlation); o != orphans.end()) {
-      merge(id, o->second.first, o->second.second);
+      merge(id, o->second.start, o->second.end);
       orphans.erase(o);
     }
   }
@@ -203,9 +214,9 @@ struct Timing::Impl {
     if (auto it = by_correlation.find(correlation); it != by_correlation.end()) {
       merge(it->second, start, end);
     } else {
-      auto& o = orphans.try_emplace(correlation, start, end).first->second;
-      o.first = std::min(o.first, start);
-      o.second = std::max(o.second, end);
+      Orphan& o = orphans.try_emplace(correlation, Orphan{start, end, epoch}).first->second;
+      o.start = std::min(o.start, start);
+      o.end = std::max(o.end, end);
     }
   }
 
@@ -233,6 +244,7 @@ struct Timing::Impl {
   // Markers' events (timed), per device, for reuse.
   std::unordered_map<int, std::vector<cudaEvent_t>> spare_stamps;
   void give_stamp(int device, cudaEvent_t ev) noexcept {
+    if (g_forked.load(std::memory_order_acquire)) return;  // the parent's event: left alone
     std::lock_guard lock(mu);
     try {
       spare_stamps[device].push_back(ev);
@@ -260,6 +272,7 @@ struct Timing::Impl {
     // Read before the fold: a Scope that closed before this read has noted its calls, and the
     // fold ties the records of those calls kept as orphans.
     const bool no_scope_open = open_scopes.load() == 0;
+    const std::int64_t now_ns = detail::host_now_ns();
     fold_pending();
     for (auto it = entries.begin(); it != entries.end();) {
       Entry& e = it->second;
@@ -267,7 +280,7 @@ struct Timing::Impl {
       // before the kernel has ended, and so before its record exists: one that launched work
       // and has no record yet waits a few more flushes for it.
       const bool record_due = !e.work->has_times() && !e.correlations.empty() &&
-                              before - e.retired_epoch <= kRecordGraceFlushes;
+                              now_ns - e.retired_ns < kRecordGraceNs;
       if (e.retired_epoch == 0 || e.retired_epoch >= before || record_due) {
         ++it;
         continue;
@@ -279,15 +292,20 @@ struct Timing::Impl {
       it = entries.erase(it);
     }
     // Records of no op's launch belong to other code's launches, unless an op's launch is
-    // still being tied to its calls (a Scope open on some thread): then they may be its own.
-    if (no_scope_open) orphans.clear();
+    // still being tied to its calls (a Scope open on some thread): then the records of this
+    // flush may be its own. Older ones cannot be (a scope lasts one launch).
+    if (no_scope_open) {
+      orphans.clear();
+    } else {
+      std::erase_if(orphans, [&](const auto& o) { return o.second.epoch + 1 < before; });
+    }
   }
 };
 
 namespace {
 
 Timing::Impl* g_impl = nullptr;  // for CUPTI's C callbacks
-std::atomic<bool> g_forked{false};  // this process is the child of a fork (forget_after_fork)
+std::atomic<bool> g_records_wanted{false};  // CUPTI mode is in use: records are read
 
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
   *size = kBufferSize;
@@ -299,7 +317,7 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
                                std::size_t valid) {
   // Called by CUPTI (C): nothing may escape. A record that cannot be kept (out of memory)
   // is lost: its op's time is then partial or unknown, never wrong about completion.
-  if (g_impl && valid > 0) {
+  if (g_impl && g_records_wanted.load(std::memory_order_acquire) && valid > 0) {
     std::lock_guard lock(g_impl->mu);
     g_impl->fold_pending();  // the ops launched so far own their records
     CUpti_Activity* rec = nullptr;
@@ -342,6 +360,8 @@ void CUPTIAPI api_entered(void*, CUpti_CallbackDomain, CUpti_CallbackId, const v
 
 // Whether CUDA's call `name` puts work on the GPU that CUPTI records (kernels, copies, sets).
 bool launches_work(const char* name) {
+  // (A host function launched into a stream has no record.)
+  if (std::strstr(name, "HostFunc") != nullptr) return false;
   for (const char* prefix : {"cuLaunch", "cuMemcpy", "cuMemset", "cuGraphLaunch", "cudaLaunch",
                              "cudaMemcpy", "cudaMemset", "cudaGraphLaunch"}) {
     if (std::strncmp(name, prefix, std::strlen(prefix)) == 0) return true;
@@ -349,44 +369,66 @@ bool launches_work(const char* name) {
   return false;
 }
 
+constexpr CUpti_ActivityKind kRecordedKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                                 CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
+
+// Starts CUPTI's part of the timing; on failure, leaves nothing of it running and says why.
 std::string start_cupti() {
   auto fail = [](const char* call, CUptiResult r) { return std::string(call) + ": " + cupti_text(r); };
-  if (CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS) {
-    return fail("cuptiActivityRegisterCallbacks", r);
-  }
-  for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                  CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET}) {
-    if (CUptiResult r = cuptiActivityEnable(kind); r != CUPTI_SUCCESS) {
-      return fail("cuptiActivityEnable", r);
-    }
-  }
   // Which op a record belongs to: a callback on the calls that launch work only, by name in
   // both API domains (under CUDA 13 a <<<>>> launch shows as the driver's cuLaunchKernel,
   // cuBLASLt's as cuLaunchKernelEx). Every other call runs untouched: recording all API
   // calls, which external correlation ids need, made each CUDA call of the process slower
-  // (cudaGetDevice + cudaSetDevice 1.1 µs instead of 0.1 on an H200).
+  // (cudaGetDevice + cudaSetDevice 1.1 µs instead of 0.1 on an H200). CUPTI has one
+  // subscriber per process: under a profiler that holds it, this fails first, with the
+  // profiler's name, and eventide times with event pairs.
   CUpti_SubscriberHandle subscriber = nullptr;
-  if (CUptiResult r = cuptiSubscribe(&subscriber, api_entered, nullptr); r != CUPTI_SUCCESS) {
-    return fail("cuptiSubscribe", r);
+  char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN] = {};
+  CUpti_SubscriberParams params{};
+  params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+  params.subscriberName = "eventide op timing";
+  params.oldSubscriberName = holder;
+  params.oldSubscriberSize = sizeof holder;
+  if (CUptiResult r = cuptiSubscribe_v2(&subscriber, api_entered, nullptr, &params); r != CUPTI_SUCCESS) {
+    std::string why = fail("cuptiSubscribe_v2", r);
+    if (holder[0] != '\0') why += std::string(" (held by ") + holder + ")";
+    return why;
   }
+  std::string why;
+  int enabled = 0;
   struct DomainRange {
     CUpti_CallbackDomain domain;
     CUpti_CallbackId size;
   };
-  int enabled = 0;
   for (DomainRange d : {DomainRange{CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE},
                         DomainRange{CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE}}) {
-    for (CUpti_CallbackId cbid = 1; cbid < d.size; ++cbid) {
+    for (CUpti_CallbackId cbid = 1; cbid < d.size && why.empty(); ++cbid) {
       const char* name = nullptr;
       if (cuptiGetCallbackName(d.domain, cbid, &name) != CUPTI_SUCCESS || !name || !launches_work(name)) continue;
       if (CUptiResult r = cuptiEnableCallback(1, subscriber, d.domain, cbid); r != CUPTI_SUCCESS) {
-        return fail("cuptiEnableCallback", r);
+        why = fail("cuptiEnableCallback", r);
       }
       ++enabled;
     }
   }
-  if (enabled == 0) return "cuptiGetCallbackName: no launching call found";
-  return {};
+  if (why.empty() && enabled == 0) why = "cuptiGetCallbackName: no launching call found";
+  if (why.empty()) {
+    if (CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS) {
+      why = fail("cuptiActivityRegisterCallbacks", r);
+    }
+  }
+  std::size_t kinds_on = 0;
+  for (; why.empty() && kinds_on < std::size(kRecordedKinds); ++kinds_on) {
+    if (CUptiResult r = cuptiActivityEnable(kRecordedKinds[kinds_on]); r != CUPTI_SUCCESS) {
+      why = fail("cuptiActivityEnable", r);
+      break;
+    }
+  }
+  if (!why.empty()) {
+    for (std::size_t k = 0; k < kinds_on; ++k) cuptiActivityDisable(kRecordedKinds[k]);
+    cuptiUnsubscribe(subscriber);
+  }
+  return why;
 }
 
 }  // namespace
@@ -403,8 +445,9 @@ Timing::Timing() : impl_(new Impl()), mode_(mode_from_env()) {
   if (mode_ == Mode::cupti) {
     impl_->why = start_cupti();
     if (impl_->why.empty()) {
-      // CUPTI sets up its buffers with its first records, which takes a while: a traced call
-      // and a flush here, so that the first op or marker timed does not carry it.
+      g_records_wanted.store(true, std::memory_order_release);
+      // CUPTI sets up its buffers with its first records, which takes a while: a call and a
+      // flush here, so that the first op or marker timed does not carry it.
       int device = 0;
       (void)cudaGetDevice(&device);
       cuptiActivityFlushAll(0);
@@ -543,6 +586,10 @@ Timing::Impl::Anchor* calibrated_anchor(Timing& timing, Timing::Impl& impl, int 
 }  // namespace
 
 void Timing::time_marker(Work& work) {
+  if (g_forked.load(std::memory_order_acquire)) {
+    work.finish_timing();  // untimed in a forked child
+    return;
+  }
   const auto* stamp = static_cast<const CudaStamp*>(work.stamp().get());
   // Milliseconds from `from` to the marker's event; nullopt if CUDA cannot say.
   auto elapsed_from = [&](cudaEvent_t from) -> std::optional<float> {
@@ -678,8 +725,23 @@ void Timing::retired(Work& work) noexcept {
     return;
   }
   e.retired_epoch = impl_->epoch;
+  e.retired_ns = detail::host_now_ns();
   impl_->retired_waiting.fetch_add(1, std::memory_order_relaxed);
 }
+
+namespace {
+
+// A work seen finished may still be in its launch: its own kernel wrote its end before the
+// launching thread closed its timing scope, which notes its calls. Waits for the launch to end
+// (microseconds; bounded, for work that was held and then failed without a launch).
+void wait_launch_ended(const Work& work) noexcept {
+  constexpr auto kLongestLaunch = std::chrono::milliseconds(50);
+  if (work.launched()) return;
+  const auto give_up = detail::Clock::now() + kLongestLaunch;
+  while (!work.launched() && detail::Clock::now() < give_up) std::this_thread::yield();
+}
+
+}  // namespace
 
 void Timing::await(Work& work) {
   if (work.timing_known()) return;
@@ -687,10 +749,12 @@ void Timing::await(Work& work) {
     time_marker(work);
     return;
   }
+  wait_launch_ended(work);
   retired(work);  // finished (the caller waited for it), even if the watcher has not seen it yet
   if (work.timing_known() || mode_ != Mode::cupti) return;
   std::lock_guard flush_lock(impl_->flush_mu);
-  // (Another thread's flush may have covered it; each flush is a new epoch, so this ends.)
+  // (Another thread's flush may have covered it; a record due ends its wait after
+  // kRecordGraceNs, so this ends.)
   while (!work.timing_known()) flush_locked();
 }
 
@@ -702,12 +766,13 @@ void Timing::await_all(std::span<Work* const> works) {
       time_marker(*w);
       continue;
     }
+    wait_launch_ended(*w);
     retired(*w);  // finished, even if the watcher has not seen it yet
     if (!w->timing_known()) unknown = true;
   }
   if (!unknown || mode_ != Mode::cupti) return;
-  // Every one of them is retired now: a flush makes their times final (a few, where a
-  // record was not out yet: finalize).
+  // Every one of them is retired now: a flush makes their times final (more, for
+  // kRecordGraceNs at most, where a record was not out yet: finalize).
   std::lock_guard flush_lock(impl_->flush_mu);
   for (Work* w : works) {
     while (!w->timing_known()) flush_locked();
@@ -715,6 +780,7 @@ void Timing::await_all(std::span<Work* const> works) {
 }
 
 std::int64_t Timing::to_host_ns(int device, std::int64_t device_ns) noexcept {
+  if (g_forked.load(std::memory_order_acquire)) return device_ns;
   switch (mode_) {
     case Mode::cupti: {
       const std::int64_t now = detail::host_now_ns();
