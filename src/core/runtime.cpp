@@ -257,15 +257,18 @@ void Runtime::shutdown() noexcept {
 
 void Runtime::prepare_fork() noexcept {
   const Clock::time_point deadline = Clock::now() + kForkGrace;
-  // The GPUs first: a GPU's watcher may hand work to the CPU's pool in a turn, and must not
-  // find the pool's lock held by this thread while this thread waits for the turn to end.
-  for (bool cpu : {false, true}) {
+  auto each = [&](bool cpu, ForkLocks locks) {
     for (auto& c : contexts_) {
-      if (!c->lost_in_fork() && (c->device() == Device::cpu()) == cpu) {
-        c->backend().before_fork(deadline, ForkLocks::hold);
-      }
+      if (!c->lost_in_fork() && (c->device() == Device::cpu()) == cpu) c->backend().before_fork(deadline, locks);
     }
-  }
+  };
+  // The CPU's running bodies finish first, with the GPUs' watchers still going (a body may
+  // wait for GPU work); then the GPUs' watchers stop between two turns, before the CPU pool
+  // holds its lock (a watcher's turn may hand the pool work, and must not find that lock held
+  // by this thread while this thread waits for the turn to end); then the pool holds its lock.
+  each(true, ForkLocks::release);
+  each(false, ForkLocks::hold);
+  each(true, ForkLocks::hold);
   host_dispatcher_.before_fork();
   for (auto& c : contexts_) c->dispatcher().before_fork();
 }
@@ -280,6 +283,7 @@ void Runtime::after_fork(ForkSide side) noexcept {
       if (c->lost_in_fork() || (c->device() == Device::cpu()) != cpu) continue;
       if (side == ForkSide::parent) {
         c->backend().after_fork_in_parent(ForkLocks::hold);
+        if (cpu) c->backend().after_fork_in_parent(ForkLocks::release);  // prepare_fork's first step
       } else if (!c->backend().after_fork_in_child()) {
         c->set_lost_in_fork();
       }

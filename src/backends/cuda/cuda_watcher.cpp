@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <utility>
 
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_device.hpp"
@@ -37,8 +38,6 @@ constexpr auto kHealthCheckAfter = std::chrono::milliseconds(20);
 // see run()), and this many more, so that it does not grow one stream at a time.
 constexpr std::size_t kEntriesPerStream = 2;
 constexpr std::size_t kSpareEntries = 16;
-
-thread_local bool t_is_watcher = false;
 
 }  // namespace
 
@@ -113,16 +112,43 @@ void Watcher::stop(detail::Clock::time_point deadline) noexcept {
   t.join_until(deadline);
 }
 
+namespace {
+
+// The watcher's hold of its turn lock: a runtime lock while held (see turn_mu_).
+class TurnLock {
+ public:
+  explicit TurnLock(std::timed_mutex& mu) : mu_(mu) {
+    mu_.lock();
+    detail::runtime_lock_entered();
+  }
+  ~TurnLock() { unlock(); }
+  TurnLock(const TurnLock&) = delete;
+  TurnLock& operator=(const TurnLock&) = delete;
+  void unlock() noexcept {
+    if (!held_) return;
+    held_ = false;
+    mu_.unlock();
+    detail::runtime_lock_left();  // runs the releases the turn deferred, unlocked
+  }
+
+ private:
+  std::timed_mutex& mu_;
+  bool held_ = true;
+};
+
+}  // namespace
+
 void Watcher::pause_for_fork(detail::Clock::time_point deadline) noexcept {
-  if (t_is_watcher) return;
-  if (turn_mu_.try_lock_until(deadline)) ++fork_pauses_;
+  if (thread_id_.load(std::memory_order_acquire) == std::this_thread::get_id()) return;
+  fork_wants_turn_.store(true, std::memory_order_release);
+  fork_paused_ = turn_mu_.try_lock_until(deadline);
+  if (!fork_paused_) fork_wants_turn_.store(false, std::memory_order_release);  // goes on
 }
 
 void Watcher::resume_after_fork() noexcept {
-  if (fork_pauses_ > 0) {
-    --fork_pauses_;
-    turn_mu_.unlock();
-  }
+  if (!std::exchange(fork_paused_, false)) return;
+  fork_wants_turn_.store(false, std::memory_order_release);
+  turn_mu_.unlock();
 }
 
 void Watcher::forget_after_fork() noexcept { resume_after_fork(); }
@@ -151,7 +177,7 @@ void Watcher::check_health() noexcept {
 
 void Watcher::run() noexcept {
   pthread_setname_np(pthread_self(), "eventide-cuda");
-  t_is_watcher = true;
+  thread_id_.store(std::this_thread::get_id(), std::memory_order_release);
   prctl(PR_SET_TIMERSLACK, kWatcherTimerSlackNs, 0, 0, 0);
   cudaSetDevice(device_.device().index());
   using Clock = detail::Clock;
@@ -162,7 +188,8 @@ void Watcher::run() noexcept {
   std::vector<std::shared_ptr<CudaStream>> previous_streams;  // empty between turns
   std::uint64_t streams_version = ~std::uint64_t{0};
   while (!stop_.load(std::memory_order_acquire)) {
-    std::unique_lock turn(turn_mu_);  // let go before sleeping or spinning
+    while (fork_wants_turn_.load(std::memory_order_acquire)) std::this_thread::yield();
+    TurnLock turn(turn_mu_);  // let go before sleeping or spinning
     // The list changes rarely: copied (under mu_, which launches also take) only when it has.
     // Out of memory for the copy, this turn takes the streams one by one from the list itself
     // (the watcher's loop must not fail), and the next turn tries to copy again.

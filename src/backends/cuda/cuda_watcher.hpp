@@ -29,6 +29,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/parker.hpp"
@@ -97,9 +98,15 @@ class Watcher {
   std::atomic<std::uint64_t> watched_version_{0};  // bumped (under mu_) when watched_ changes
 
   // Held by the thread through each turn of its loop (not while it sleeps or spins), and by
-  // pause_for_fork across a fork.
+  // pause_for_fork across a fork. While the thread holds it, it counts as a runtime lock
+  // (runtime_lock.hpp): what a turn releases of a user's objects waits for the turn's end, so
+  // that a forking thread holding the GIL never waits for a turn that waits for the GIL.
   std::timed_mutex turn_mu_;
-  int fork_pauses_ = 0;  // the forking thread's: pause_for_fork calls that got turn_mu_
+  // Set while a fork wants the turn lock: the thread does not take it again meanwhile (it
+  // would win every race for it against a thread woken from a wait).
+  std::atomic<bool> fork_wants_turn_{false};
+  bool fork_paused_ = false;  // the forking thread's: pause_for_fork got turn_mu_
+  std::atomic<std::thread::id> thread_id_{};  // the watcher's thread, once it runs
   detail::Ref<detail::Parker> parker_ = detail::make_ref<detail::Parker>();
   std::atomic<bool> stop_{false};
   std::atomic<bool> started_{false};  // ensure_started has started the thread
