@@ -355,6 +355,20 @@ Compared completion_callback(Device gpu, int rounds) {
 // `notice` (0: Event::wait / cudaEventSynchronize; 1: a callback / cudaLaunchHostFunc). Ours:
 // a UserEvent the stream waits for (the op is held on the host until it is set); the raw
 // anchor: cuStreamWaitValue32 on a pinned word in the stream, the same kernel behind it.
+// cuStreamWaitValue32, through the runtime (the driver library is not linked: the binaries run
+// where there is none, and say so).
+CUresult stream_wait_value32(cudaStream_t s, CUdeviceptr word, std::uint32_t value) {
+  using Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  static const Fn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    EVENTIDE_BENCH_CHECK(cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || !p) throw std::runtime_error("cuStreamWaitValue32 not found");
+    return reinterpret_cast<Fn>(p);
+  }();
+  return fn(reinterpret_cast<CUstream>(s), word, value, CU_STREAM_WAIT_VALUE_GEQ);
+}
+
 static Compared gate_op(Device gpu, int rounds, bool callback) {
   use_device(gpu);
   constexpr int kElems = 256;
@@ -397,12 +411,16 @@ static Compared gate_op(Device gpu, int rounds, bool callback) {
   EVENTIDE_BENCH_CHECK(cudaMemset(one.p, 0, kElems * sizeof(float)));
   Stamp host_fn;
   std::uint32_t v = 0;
+  // Whatever fails from here, the gate opens before the stream is synchronized and the memory
+  // freed: a stream left waiting on the word would hang them.
+  struct OpenAtExit {
+    Pinned& p;
+    ~OpenAtExit() { p.at(0) = ~std::uint64_t{0} >> 32; }  // above every value waited for
+  } open_at_exit{p};
   for (int i = 0; i < rounds; ++i) {
     ++v;
     host_fn.at.store(0);
-    if (cuStreamWaitValue32(reinterpret_cast<CUstream>(raw.s), word, v, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
-      throw std::runtime_error("cuStreamWaitValue32 failed");
-    }
+    if (stream_wait_value32(raw.s, word, v) != CUDA_SUCCESS) throw std::runtime_error("cuStreamWaitValue32 failed");
     kernels::add(static_cast<const float*>(a.p), static_cast<const float*>(one.p), static_cast<float*>(out.p),
                  kElems, raw.s);
     if (callback) {
