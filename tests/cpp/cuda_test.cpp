@@ -383,6 +383,32 @@ TEST(CudaTest, AnOpWhoseKernelWritesItsEndIsFinishedOnlyOnceEveryBlockHasWritten
   });
 }
 
+// An op held behind a UserEvent is launched by the watcher; its own kernel writes its end, so
+// the waiting thread may see it finished before the watcher has closed the op's launch. Its
+// time, asked at once, is its kernel's all the same (not missing), in every timing mode.
+TEST(CudaTest, AnOpLaunchedByTheWatcherHasItsTimeWhenAskedAtOnce) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s(kGpu);
+    ev::StreamGuard g(s);
+    ev::Tensor x = ev::zeros({256}, ev::DType::f32, kGpu);
+    const ev::Tensor one = ev::ones({256}, ev::DType::f32, kGpu);
+    int untimed = 0;
+    for (int i = 0; i < 100; ++i) {
+      ev::UserEvent gate;
+      s.wait(gate);
+      x = x + one;
+      ev::Event e;
+      e.record(x);
+      gate.set();
+      e.wait();
+      untimed += e.time_elapsed().count() <= 0.0;
+    }
+    if (times_are_cupti()) EXPECT_EQ(untimed, 0) << "ops whose time was lost";
+    EXPECT_EQ(x.to_vector<float>()[0], 100.0f);
+  });
+}
+
 TEST(CudaTest, AUserEventGatesAGpuStreamWithoutTheHost) {
   REQUIRE_GPU();
   run_with_deadline([] {
