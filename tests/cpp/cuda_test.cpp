@@ -385,7 +385,8 @@ TEST(CudaTest, AnOpWhoseKernelWritesItsEndIsFinishedOnlyOnceEveryBlockHasWritten
 
 // An op held behind a UserEvent is launched by the watcher; its own kernel writes its end, so
 // the waiting thread may see it finished before the watcher has closed the op's launch. Its
-// time, asked at once, is its kernel's all the same (not missing), in every timing mode.
+// time, asked at once, is its kernel's all the same (not missing; checked where times come
+// from CUPTI).
 TEST(CudaTest, AnOpLaunchedByTheWatcherHasItsTimeWhenAskedAtOnce) {
   REQUIRE_GPU();
   run_with_deadline([] {
