@@ -66,10 +66,15 @@ for k in range(2):
     for _ in range(STEPS):
         x = (x @ m) / N
     ref.append(x)
-ok = np.allclose(total.numpy(), ref[0] + ref[1], rtol=1e-3, atol=1e-5)
-ok &= union >= max(s0, s1) * 0.999
-ok &= op_events[0][-1].elapsed_time(done) >= 0 and op_events[1][-1].elapsed_time(done) >= 0
-ok &= all(e.completed for evs in op_events for e in evs)
-if not ok:
-    sys.exit("something is wrong: see the numbers above")
+checks = {
+    "the sum is right": np.allclose(total.numpy(), ref[0] + ref[1], rtol=1e-3, atol=1e-5),
+    "the union spans both streams": union >= max(s0, s1) * 0.999,
+    "the join came after stream 0's last op": op_events[0][-1].elapsed_time(done) >= 0,
+    "the join came after stream 1's last op": op_events[1][-1].elapsed_time(done) >= 0,
+    "every op's event completed": all(e.completed for evs in op_events for e in evs),
+}
+failed = [name for name, passed in checks.items() if not passed]
+if failed:
+    print(f"stream 1's last op to the join: {op_events[1][-1].elapsed_time(done):.3f} ms")
+    sys.exit("something is wrong: not " + "; not ".join(failed))
 print("ok")

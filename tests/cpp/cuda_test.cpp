@@ -330,11 +330,10 @@ TEST(CudaTest, AnOpOnAnotherStreamWaitsForItsInputOnTheGpu) {
   });
 }
 
-// eventide's own kernels write their op's end themselves (kernels::EndSignal: the last block
-// to finish), where a library call or a copy is followed by a progress write. Neither may
-// show an op finished before all of its blocks have written, whichever way another stream or
-// the host learns of it, and each op keeps its own time.
-TEST(CudaTest, AnOpWhoseKernelWritesItsEndIsFinishedOnlyOnceEveryBlockHasWritten) {
+// Another stream, and the host, learn of an op's end from its stream's counter: neither may
+// see an op finished before all of its blocks have written, whether the op is one of
+// eventide's kernels or a library call (cuBLASLt), and each op keeps its own time.
+TEST(CudaTest, AnOpIsFinishedOnlyOnceEveryBlockHasWrittenWhoeverReadsIt) {
   REQUIRE_GPU();
   run_with_deadline([] {
     ev::Stream s1(kGpu), s2(kGpu);
@@ -346,8 +345,8 @@ TEST(CudaTest, AnOpWhoseKernelWritesItsEndIsFinishedOnlyOnceEveryBlockHasWritten
     for (int round = 0; round < 4; ++round) {
       {
         ev::StreamGuard g(s1);
-        for (int i = 0; i < 8; ++i) x = x + one;        // written by their kernels
-        a = ev::matmul(a, ev::full({64, 64}, 1.0 / 64, ev::DType::f32, kGpu));  // a progress write
+        for (int i = 0; i < 8; ++i) x = x + one;  // many blocks each
+        a = ev::matmul(a, ev::full({64, 64}, 1.0 / 64, ev::DType::f32, kGpu));  // cuBLASLt
         x = x + one;
       }
       {
@@ -365,8 +364,7 @@ TEST(CudaTest, AnOpWhoseKernelWritesItsEndIsFinishedOnlyOnceEveryBlockHasWritten
       EXPECT_EQ(wrong, 0u) << "round " << round << ": y = 2 * x read an x not fully written";
     }
     EXPECT_FLOAT_EQ(a.to_vector<float>()[0], 1.0f);
-    // Small ops back to back, each waited for and timed at once: the time of an op seen
-    // finished by its own kernel's write is its kernel's, not missing.
+    // Small ops back to back, each waited for and timed at once: each has its kernel's time.
     ev::StreamGuard g(s1);
     ev::Tensor z = ev::zeros({256}, ev::DType::f32, kGpu);
     ev::Tensor o = ev::ones({256}, ev::DType::f32, kGpu);
@@ -383,10 +381,9 @@ TEST(CudaTest, AnOpWhoseKernelWritesItsEndIsFinishedOnlyOnceEveryBlockHasWritten
   });
 }
 
-// An op held behind a UserEvent is launched by the watcher; its own kernel writes its end, so
-// the waiting thread may see it finished before the watcher has closed the op's launch. Its
-// time, asked at once, is its kernel's all the same (not missing; checked where times come
-// from CUPTI).
+// An op held behind a UserEvent is launched by the watcher; the waiting thread may see it
+// finished before the watcher has ended the op's launch. Its time, asked at once, is its
+// kernel's all the same (not missing; checked where times come from CUPTI).
 TEST(CudaTest, AnOpLaunchedByTheWatcherHasItsTimeWhenAskedAtOnce) {
   REQUIRE_GPU();
   run_with_deadline([] {

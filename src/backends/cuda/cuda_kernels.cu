@@ -35,40 +35,8 @@ int blocks_for(std::int64_t n) {
 
 void check_launch(const char* kernel) {
   if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
-    check(status, "cudaLaunchKernel", std::string("(") + kernel + ")");
+    check(status, "cudaLaunchKernel", std::string("(") + kernel + ")");  // the text only then
   }
-}
-
-// The device side of EndSignal, passed by value (word null: no signal).
-struct Signal {
-  unsigned long long* word;
-  unsigned long long* arrivals;
-  unsigned long long value;
-};
-
-Signal device_signal(const EndSignal* s) {
-  if (!s) return {nullptr, nullptr, 0};
-  return {reinterpret_cast<unsigned long long*>(s->word), reinterpret_cast<unsigned long long*>(s->arrivals),
-          static_cast<unsigned long long>(s->value)};
-}
-
-// The last thing every thread of a signalling kernel does (no thread may return before).
-__device__ void signal_end(const Signal& s) {
-  if (s.word == nullptr) return;
-  __syncthreads();  // the block's writes are done
-  if (threadIdx.x != 0) return;
-  __threadfence_system();  // and visible everywhere before the block counts itself in
-  if (atomicAdd(s.arrivals, 1ull) == static_cast<unsigned long long>(gridDim.x) - 1) {
-    // Every block has: ready for the stream's next signalling kernel, which starts after this
-    // one ends, and the op's end published.
-    *s.arrivals = 0;
-    __threadfence_system();
-    *reinterpret_cast<volatile unsigned long long*>(s.word) = s.value;
-  }
-}
-
-void launched(EndSignal* s) {
-  if (s) s->launched = true;
 }
 
 template <class T>
@@ -83,12 +51,11 @@ template <> __device__ float to_float<__half>(__half v) { return __half2float(v)
 template <> __device__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <class T>
-__global__ void fill_kernel(T* out, std::int64_t n, T value, Signal end) {
+__global__ void fill_kernel(T* out, std::int64_t n, T value) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::int64_t{gridDim.x} * blockDim.x) {
     out[i] = value;
   }
-  signal_end(end);
 }
 
 // Integers wrap around (as on the CPU) through unsigned arithmetic; half types compute in f32.
@@ -107,12 +74,11 @@ __device__ T apply(bool add, T a, T b) {
 }
 
 template <class T>
-__global__ void binary_kernel(bool add, const T* a, const T* b, T* out, std::int64_t n, Signal end) {
+__global__ void binary_kernel(bool add, const T* a, const T* b, T* out, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::int64_t{gridDim.x} * blockDim.x) {
     out[i] = apply(add, a[i], b[i]);
   }
-  signal_end(end);
 }
 
 namespace px = ops::philox;
@@ -120,17 +86,16 @@ namespace px = ops::philox;
 // Uniform f32-layout numbers (and their f16/bf16 roundings): element i is lane i % 4 of
 // block offset + i / 4.
 template <class T>
-__global__ void uniform32_kernel(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset, Signal end) {
+__global__ void uniform32_kernel(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::int64_t{gridDim.x} * blockDim.x) {
     std::uint32_t r[4];
     px::generate(seed, offset + static_cast<std::uint64_t>(i / 4), r);
     out[i] = from_float<T>(px::unit_f32(r[i % 4]));
   }
-  signal_end(end);
 }
 
-__global__ void uniform64_kernel(double* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset, Signal end) {
+__global__ void uniform64_kernel(double* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::int64_t{gridDim.x} * blockDim.x) {
     std::uint32_t r[4];
@@ -138,12 +103,11 @@ __global__ void uniform64_kernel(double* out, std::int64_t n, std::uint64_t seed
     int j = static_cast<int>(i % 2);
     out[i] = px::unit_f64(r[2 * j], r[2 * j + 1]);
   }
-  signal_end(end);
 }
 
 // Box-Muller: the pair (2j, 2j+1) from block offset + j.
 template <class T>
-__global__ void normal32_kernel(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset, Signal end) {
+__global__ void normal32_kernel(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
   const std::int64_t pairs = (n + 1) / 2;
   for (std::int64_t j = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; j < pairs;
        j += std::int64_t{gridDim.x} * blockDim.x) {
@@ -155,10 +119,9 @@ __global__ void normal32_kernel(T* out, std::int64_t n, std::uint64_t seed, std:
     out[2 * j] = from_float<T>(radius * cosf(angle));
     if (2 * j + 1 < n) out[2 * j + 1] = from_float<T>(radius * sinf(angle));
   }
-  signal_end(end);
 }
 
-__global__ void normal64_kernel(double* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset, Signal end) {
+__global__ void normal64_kernel(double* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
   const std::int64_t pairs = (n + 1) / 2;
   for (std::int64_t j = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; j < pairs;
        j += std::int64_t{gridDim.x} * blockDim.x) {
@@ -170,7 +133,6 @@ __global__ void normal64_kernel(double* out, std::int64_t n, std::uint64_t seed,
     out[2 * j] = radius * cos(angle);
     if (2 * j + 1 < n) out[2 * j + 1] = radius * sin(angle);
   }
-  signal_end(end);
 }
 
 __device__ unsigned long long globaltimer() {
@@ -203,7 +165,7 @@ void by_dtype(DType dtype, const char* op, F&& f) {
 
 }  // namespace
 
-void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t stream, EndSignal* signal) {
+void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t stream) {
   if (n == 0) return;
   by_dtype(dtype, "fill", [&](auto zero) {
     using T = decltype(zero);
@@ -215,55 +177,51 @@ void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t str
     } else {
       v = static_cast<T>(value);
     }
-    fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(out), n, v, device_signal(signal));
+    fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(out), n, v);
   });
   check_launch("fill");
-  launched(signal);
 }
 
 void binary(BinaryKind kind, const void* a, const void* b, void* out, std::int64_t n, DType dtype,
-            cudaStream_t stream, EndSignal* signal) {
+            cudaStream_t stream) {
   if (n == 0) return;
   const bool add = kind == BinaryKind::add;
   const char* op = add ? "add" : "mul";
   by_dtype(dtype, op, [&](auto zero) {
     using T = decltype(zero);
     binary_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        add, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n, device_signal(signal));
+        add, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n);
   });
   check_launch(op);
-  launched(signal);
 }
 
 void random(void* out, std::int64_t n, DType dtype, Distribution distribution, std::uint64_t seed,
-            std::uint64_t offset, cudaStream_t stream, EndSignal* signal) {
+            std::uint64_t offset, cudaStream_t stream) {
   if (n == 0) return;
   const bool normal = distribution == Distribution::normal;
   const std::int64_t threads_needed = normal ? (n + 1) / 2 : n;
   const int blocks = blocks_for(threads_needed);
-  const Signal end = device_signal(signal);
   switch (dtype) {
     case DType::f32:
-      normal ? normal32_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), n, seed, offset, end)
-             : uniform32_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), n, seed, offset, end);
+      normal ? normal32_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), n, seed, offset)
+             : uniform32_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), n, seed, offset);
       break;
     case DType::f16:
-      normal ? normal32_kernel<__half><<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(out), n, seed, offset, end)
-             : uniform32_kernel<__half><<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(out), n, seed, offset, end);
+      normal ? normal32_kernel<__half><<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(out), n, seed, offset)
+             : uniform32_kernel<__half><<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(out), n, seed, offset);
       break;
     case DType::bf16:
-      normal ? normal32_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out), n, seed, offset, end)
-             : uniform32_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out), n, seed, offset, end);
+      normal ? normal32_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out), n, seed, offset)
+             : uniform32_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out), n, seed, offset);
       break;
     case DType::f64:
-      normal ? normal64_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(out), n, seed, offset, end)
-             : uniform64_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(out), n, seed, offset, end);
+      normal ? normal64_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(out), n, seed, offset)
+             : uniform64_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(out), n, seed, offset);
       break;
     default:
       throw InvalidArgument(std::string(normal ? "randn" : "rand") + ": needs a floating dtype");
   }
   check_launch(normal ? "randn" : "rand");
-  launched(signal);
 }
 
 void spin(std::int64_t ns, unsigned long long* stamps, cudaStream_t stream) {

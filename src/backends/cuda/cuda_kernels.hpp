@@ -16,27 +16,12 @@ enum class BinaryKind { add, mul };
 // What random() draws: uniform in [0, 1), or standard normal.
 enum class Distribution { uniform, normal };
 
-// Where a kernel writes the end of its op itself, in place of the progress write that would
-// follow it on the stream (cuda_progress.hpp): the last of its blocks to finish counts itself
-// in `arrivals` (a device word, zero between kernels: that block sets it back), then writes
-// `value` into `word` (the stream's counter) after a system-scope fence, so that everything
-// the kernel wrote is visible first. Only for the last GPU work of an op. `launched` is set
-// once the kernel is on the stream.
-struct EndSignal {
-  std::uint64_t* word = nullptr;      // device address of the counter
-  std::uint64_t* arrivals = nullptr;  // device address of the stream's block count
-  std::uint64_t value = 0;
-  bool launched = false;
-};
-
-// Each writes `signal` (nullable) at its end. n == 0 launches nothing.
-void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t stream,
-          EndSignal* signal = nullptr);
+void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t stream);
 void binary(BinaryKind kind, const void* a, const void* b, void* out, std::int64_t n, DType dtype,
-            cudaStream_t stream, EndSignal* signal = nullptr);
+            cudaStream_t stream);
 // Philox numbers laid out as on the CPU (ops/philox.hpp); f16 and bf16 are drawn as f32.
 void random(void* out, std::int64_t n, DType dtype, Distribution distribution, std::uint64_t seed,
-            std::uint64_t offset, cudaStream_t stream, EndSignal* signal = nullptr);
+            std::uint64_t offset, cudaStream_t stream);
 
 // Test-only kernels (tests/cpp/cuda_test.cpp): a kernel that spins `ns` nanoseconds by the
 // GPU's clock and writes its own start and end (%globaltimer) to stamps[0..1]; a kernel that

@@ -36,7 +36,7 @@ class CudaKernels final : public ops::Kernels {
     const std::int64_t n = out.numel;
     const DType dtype = out.dtype;
     cudaStream_t stream = as_cuda_stream(s).handle();
-    s.launch("fill", {}, {&out}, [=] { kernels::fill(mem->data(), n, dtype, value, stream, launching_op_signal()); });
+    s.launch("fill", {}, {&out}, [=] { kernels::fill(mem->data(), n, dtype, value, stream); });
   }
 
   void random(StreamState& s, TensorState& out, ops::RandomKind kind,
@@ -53,7 +53,7 @@ class CudaKernels final : public ops::Kernels {
              [=] {
                kernels::random(mem->data(), n, dtype,
                                normal ? kernels::Distribution::normal : kernels::Distribution::uniform,
-                               seed, offset, stream, launching_op_signal());
+                               seed, offset, stream);
              });
   }
 
@@ -67,8 +67,7 @@ class CudaKernels final : public ops::Kernels {
     s.launch(ops::name(op), {&a, &b}, {&out},
              [=] {
                kernels::binary(op == ops::BinaryOp::add ? kernels::BinaryKind::add : kernels::BinaryKind::mul,
-                               ma->data(), mb->data(), mo->data(), n, dtype, stream,
-                               launching_op_signal());
+                               ma->data(), mb->data(), mo->data(), n, dtype, stream);
              });
   }
 

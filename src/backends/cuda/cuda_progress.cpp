@@ -30,13 +30,10 @@ CudaTimeline& timeline_of(CudaStream& stream) noexcept {
 // for it on the GPU (cuStreamWaitValue64).
 class StreamMemOpsProgress final : public ProgressPublisher {
  public:
-  std::string describe() const override {
-    return "written by the GPU (by eventide's kernels themselves, else stream memory operations)";
-  }
+  std::string describe() const override { return "written by the GPU (stream memory operations)"; }
 
   void publish(CudaStream& stream, Work& work) override {
     // The write is ordered after the op and makes its results visible to the host first.
-    // (An op whose own kernel wrote its end, kernels::EndSignal, has none.)
     check_driver(driver()->write_value64(reinterpret_cast<CUstream>(stream.handle()),
                                          timeline_of(stream).counter_address(), work.seq(),
                                          CU_STREAM_WRITE_VALUE_DEFAULT),

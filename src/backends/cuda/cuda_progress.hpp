@@ -4,9 +4,7 @@
 // * Stream memory operations (StreamMemOpsProgress), where the device has them: after each
 //   op, cuStreamWriteValue64 writes the op's sequence number into the timeline's counter, a
 //   pinned word, after a system-scope fence, so the host reads completion with a load and the
-//   watcher only retires. An op whose last GPU work is one of eventide's kernels has that
-//   kernel write the number itself (kernels::EndSignal: its last block, after the same
-//   fence), which saves a driver call per op on the host. A stream of a device that has them too waits for it on the GPU
+//   watcher only retires. A stream of a device that has them too waits for it on the GPU
 //   (cuStreamWaitValue64 on the counter).
 // * CUDA events (EventProgress), where it has not (or EVENTIDE_CUDA_MEMOPS=0): each op
 //   records an event from the device's pool (cuda_event_pool.hpp) after it; the watcher

@@ -17,20 +17,6 @@ using detail::Ref;
 
 namespace {
 
-thread_local kernels::EndSignal* t_op_signal = nullptr;
-
-// Offers `signal` to the op body run in its lifetime (launching_op_signal).
-class OfferSignal {
- public:
-  explicit OfferSignal(kernels::EndSignal* signal) noexcept : previous_(t_op_signal) { t_op_signal = signal; }
-  ~OfferSignal() { t_op_signal = previous_; }
-  OfferSignal(const OfferSignal&) = delete;
-  OfferSignal& operator=(const OfferSignal&) = delete;
-
- private:
-  kernels::EndSignal* previous_;
-};
-
 std::atomic<std::uint64_t>* as_counter(const PinnedWord& w) {
   // A pinned word the GPU writes with cuStreamWriteValue64 and the host reads: a lock-free
   // 64-bit atomic has the word's layout.
@@ -39,12 +25,6 @@ std::atomic<std::uint64_t>* as_counter(const PinnedWord& w) {
 }
 
 }  // namespace
-
-kernels::EndSignal* launching_op_signal() noexcept {
-  // Once: an op's end is its last kernel's to write, and a body that launched two kernels
-  // each asking would have the first write it early.
-  return std::exchange(t_op_signal, nullptr);
-}
 
 // --- CudaTimeline ------------------------------------------------------------------------
 
@@ -149,31 +129,6 @@ const Dep* CudaStream::host_wait(const Work& work) noexcept {
     if (!other->device().progress().can_wait_on_gpu(owner_.progress(), w)) return &dep;
   }
   return nullptr;
-}
-
-kernels::EndSignal* CudaStream::end_signal_for(const Work& work, kernels::EndSignal& signal) noexcept {
-  if (!owner_.progress().gpu_writes_counter()) return nullptr;
-  // Event pairs time an op from an event recorded after its kernel, which must have completed
-  // when the op is seen finished: the progress write after the event does that.
-  if (Timing::get().mode() == Timing::Mode::events) return nullptr;
-  if (!arrivals_) {
-    // Zeroed in stream order before the first kernel that counts in it.
-    try {
-      Ref<Storage> count = allocate_device(device(), sizeof(std::uint64_t), native_.get());
-      if (cudaMemsetAsync(count->data(), 0, sizeof(std::uint64_t), native_.get()) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return nullptr;
-      }
-      arrivals_ = std::move(count);
-    } catch (...) {
-      return nullptr;  // its end is published by a progress write instead
-    }
-  }
-  signal.word = reinterpret_cast<std::uint64_t*>(timeline_.counter_address());
-  signal.arrivals = static_cast<std::uint64_t*>(arrivals_->data());
-  signal.value = work.seq();
-  signal.launched = false;
-  return &signal;
 }
 
 void CudaStream::order_after(const Dep& dep, bool& decided_later) {
@@ -282,7 +237,6 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
   auto fail = [&](std::exception_ptr e) {
     if (!work->error()) work->set_error(std::move(e));
   };
-  kernels::EndSignal signal;  // launched: the op's kernel writes its end
   std::exception_ptr lost = owner_.broken();
   if (lost) {
     // Nothing runs on this device any more: the work fails here, in order (what was before
@@ -307,9 +261,6 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
       }
     }
     if (!work->error() && work->body()) {
-      // (Before the timing scope: the first op's signal zeroes the stream's block count, a
-      // memset that is not the op's work.)
-      OfferSignal offer(end_signal_for(*work, signal));
       Timing::Scope scope(Timing::get(), *work, native_.get());
       work->body()();
     } else if (!work->error() && work->kind() == detail::WorkKind::marker) {
@@ -321,7 +272,7 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
     fail(std::current_exception());
   }
   try {
-    if (!signal.launched || work->error()) owner_.progress().publish(*this, *work);
+    owner_.progress().publish(*this, *work);
   } catch (...) {
     // Without its progress write the timeline cannot move: the device is in trouble.
     lost = std::current_exception();

@@ -47,7 +47,6 @@
 
 #include "backends/cuda/cuda_device.hpp"
 #include "backends/cuda/cuda_handles.hpp"
-#include "backends/cuda/cuda_kernels.hpp"
 #include "backends/cuda/cuda_memory.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/stream_state.hpp"
@@ -170,10 +169,6 @@ class CudaStream : public detail::StreamState {
   // Launches `work` on the GPU after what it depends on there. Under launch_mu_. Returns the
   // device's failure if the launch found one (the caller reports it once unlocked).
   std::exception_ptr launch_locked(detail::Ref<Work> work) noexcept;
-  // The end signal the op `work` may give its kernel (kernels::EndSignal), filled in
-  // `signal`; null where the GPU does not write the counter (the events' strategy) or the
-  // stream's block count cannot be had. Under launch_mu_.
-  kernels::EndSignal* end_signal_for(const Work& work, kernels::EndSignal& signal) noexcept;
   // Orders this stream after `dep` on the GPU; sets `decided_later` if its failure can only
   // be known once it has finished.
   void order_after(const detail::Dep& dep, bool& decided_later);
@@ -209,9 +204,6 @@ class CudaStream : public detail::StreamState {
   std::atomic<std::size_t> held_count_{0};
   std::atomic<bool> release_due_{false};
   std::uint64_t last_seq_ = 0;  // the last work submitted (held or launched)
-  // The block count of the kernels that write their op's end (kernels::EndSignal), made at
-  // the first. Under launch_mu_.
-  detail::Ref<Storage> arrivals_;
 
   detail::RuntimeMutex inflight_mu_;
   WorkList inflight_;
@@ -221,12 +213,6 @@ class CudaStream : public detail::StreamState {
   std::atomic<std::uint64_t> oldest_inflight_{kNoneInFlight};
   bool watched_ = false;  // the watcher has this stream on its list
 };
-
-// The end signal (kernels::EndSignal) that the op being launched on this thread may pass to
-// its kernel, or null: set while a CudaStream runs the op's body. An op passes it only to the
-// one eventide kernel that is its last GPU work; one that does not leaves its end to the
-// progress write that follows it.
-kernels::EndSignal* launching_op_signal() noexcept;
 
 // The CUDA stream behind a stream of a CUDA device.
 inline CudaStream& as_cuda_stream(detail::StreamState& stream) noexcept {

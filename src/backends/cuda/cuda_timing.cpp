@@ -39,10 +39,6 @@ constexpr double kCalibrationSlackNs = 20'000;
 constexpr int kCalibrationTries = 8;
 // Device memory for the calibration's one-element kernel.
 constexpr std::size_t kCalibrationScratchBytes = 64;
-// A finished op that launched work but has no record yet is made final (without a time) only
-// this long after it retired (Impl::finalize): its own kernel may have written its end just
-// before the kernel ended, and its record comes after that end.
-constexpr std::int64_t kRecordGraceNs = 2'000'000;
 // The watcher flushes CUPTI's buffers once this many finished ops wait for their records.
 constexpr std::size_t kFlushWhenRetired = 1024;
 // Markers measured from an anchor more than this far away (float milliseconds: 60 ns steps at
@@ -72,7 +68,6 @@ struct Timing::Impl {
     Ref<Work> work;
     std::vector<std::uint32_t> correlations;
     std::uint64_t retired_epoch = 0;  // 0: still running
-    std::int64_t retired_ns = 0;      // host_now_ns() when it retired
     cudaEvent_t start = nullptr;      // events mode
     cudaEvent_t end = nullptr;
     int device = 0;
@@ -276,16 +271,10 @@ struct Timing::Impl {
     // Read before the fold: a Scope that closed before this read has noted its calls, and the
     // fold ties the records of those calls kept as orphans.
     const bool no_scope_open = open_scopes.load() == 0;
-    const std::int64_t now_ns = detail::host_now_ns();
     fold_pending();
     for (auto it = entries.begin(); it != entries.end();) {
       Entry& e = it->second;
-      // An op whose own kernel wrote its end (kernels::EndSignal) is seen finished a moment
-      // before the kernel has ended, and so before its record exists: one that launched work
-      // and has no record yet waits a few more flushes for it.
-      const bool record_due = !e.work->has_times() && !e.correlations.empty() &&
-                              now_ns - e.retired_ns < kRecordGraceNs;
-      if (e.retired_epoch == 0 || e.retired_epoch >= before || record_due) {
+      if (e.retired_epoch == 0 || e.retired_epoch >= before) {
         ++it;
         continue;
       }
@@ -738,14 +727,14 @@ void Timing::retired(Work& work) noexcept {
     return;
   }
   e.retired_epoch = impl_->epoch;
-  e.retired_ns = detail::host_now_ns();
   impl_->retired_waiting.fetch_add(1, std::memory_order_relaxed);
 }
 
 namespace {
 
-// A work seen finished may still be in its launch: its own kernel wrote its end before the
-// launching thread closed its timing scope, which notes its calls. Waits for the launch to end
+// A work's calls are noted when its launch ends (its timing scope closes), before its end is
+// published; Work::launched() says the launch has ended, and reading it orders this thread
+// after the note. A work seen finished has been launched, or is about to be: waits for it
 // (microseconds; bounded, for work that was held and then failed without a launch).
 void wait_launch_ended(const Work& work) noexcept {
   constexpr auto kLongestLaunch = std::chrono::milliseconds(50);
@@ -766,8 +755,7 @@ void Timing::await(Work& work) {
   retired(work);  // finished (the caller waited for it), even if the watcher has not seen it yet
   if (work.timing_known() || mode_ != Mode::cupti) return;
   std::lock_guard flush_lock(impl_->flush_mu);
-  // (Another thread's flush may have covered it; a record due ends its wait after
-  // kRecordGraceNs, so this ends.)
+  // (Another thread's flush may have covered it; a flush makes final what retired before it.)
   while (!work.timing_known()) flush_locked();
 }
 
@@ -784,8 +772,7 @@ void Timing::await_all(std::span<Work* const> works) {
     if (!w->timing_known()) unknown = true;
   }
   if (!unknown || mode_ != Mode::cupti) return;
-  // Every one of them is retired now: a flush makes their times final (more, for
-  // kRecordGraceNs at most, where a record was not out yet: finalize).
+  // Every one of them is retired now: a flush makes their times final.
   std::lock_guard flush_lock(impl_->flush_mu);
   for (Work* w : works) {
     while (!w->timing_known()) flush_locked();
