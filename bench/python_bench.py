@@ -188,6 +188,55 @@ def matmul_rows(device, quick):
     return rows
 
 
+def per_op_rows(device, quick):
+    """Issue 12's per-op figures from Python, beside PyTorch in the same process: a chain of
+    tiny adds (x = x + y, 256 floats, 100 back to back, then drained) and A @ A (bf16, n = 1024,
+    20 back to back, then drained); the median per op over batches, in µs."""
+    torch, _ = _torch()
+    if torch is None:
+        return []
+    batches = 10 if quick else 40
+
+    def per_op(step, drain, count):
+        times = []
+        for _ in range(batches):
+            t0 = time.perf_counter()
+            for _ in range(count):
+                step()
+            drain()
+            times.append((time.perf_counter() - t0) / count * 1e6)
+        times.sort()
+        return times[len(times) // 2]
+
+    y, state = ev.ones(256, device=device), {"x": ev.zeros(256, device=device)}
+    state["x"].wait()
+
+    def ev_add():
+        state["x"] = state["x"] + y
+
+    ours_add = per_op(ev_add, lambda: state["x"].wait(), 100)
+    ty, tstate = torch.ones(256, device="cuda"), {"x": torch.zeros(256, device="cuda")}
+    torch.cuda.synchronize()
+
+    def torch_add():
+        tstate["x"] = tstate["x"] + ty
+
+    theirs_add = per_op(torch_add, torch.cuda.synchronize, 100)
+    a = ev.randn(1024, 1024, dtype="bfloat16", device=device)
+    ta = torch.randn(1024, 1024, dtype=torch.bfloat16, device="cuda")
+    out = {"c": a @ a}
+    out["c"].wait()
+
+    def ev_mm():
+        out["c"] = a @ a
+
+    ours_mm = per_op(ev_mm, lambda: out["c"].wait(), 20)
+    torch.cuda.synchronize()
+    theirs_mm = per_op(lambda: ta @ ta, torch.cuda.synchronize, 20)
+    return [("`x + y`, 256 floats, back to back", ours_add, theirs_add, 0.8),
+            ("`A @ A`, bf16, n = 1024, back to back", ours_mm, theirs_mm, 1.0)]
+
+
 def region_rows(device, quick):
     """The same region of PyTorch work, on PyTorch's default stream, read by eventide's
     markers and by torch.cuda.Event (recorded next to each other): both readings and their
@@ -283,6 +332,13 @@ def main():
         for name, o, t in mm:
             lines.append(f"| {name} | {o:.1f} TFLOP/s ({100 * o / t:.1f}%) | {t:.1f} TFLOP/s | ≥ 97% | "
                          f"{'yes' if o >= 0.97 * t else '**no**'} |")
+    per_op = [] if device.type == "cpu" else per_op_rows(device, args.quick)
+    if per_op:
+        lines += ["", "| per op from Python | eventide | torch | goal | met? |", "| --- | --- | --- | --- | --- |"]
+        for name, o, t, factor in per_op:
+            goal_text = f"≤ {factor:g}× torch" if factor != 1.0 else "≤ torch"
+            lines.append(f"| {name} | {o:.1f} µs ({o / t:.2f}×) | {t:.1f} µs | {goal_text} | "
+                         f"{'yes' if o <= factor * t else '**no**'} |")
     table = "\n".join(lines) + "\n"
     print(table)
     if args.md:
@@ -291,7 +347,8 @@ def main():
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"device": str(device), "eventide": ours, "torch": theirs,
-                       "torch_note": torch_note, "matmul": mm, "regions": regions}, f, indent=2)
+                       "torch_note": torch_note, "matmul": mm, "regions": regions,
+                       "per_op": per_op}, f, indent=2)
 
 
 if __name__ == "__main__":
