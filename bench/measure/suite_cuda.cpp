@@ -20,6 +20,15 @@ const char* dtype_name(ev::DType dt, bool tf32) {
   return dt == ev::DType::bf16 ? "bf16" : "f16";
 }
 
+// A time figure (p50 / p99) whose goal is `factor` times the anchor's p50 in the same run.
+Figure relative_figure(const std::string& name, const std::string& title, const cuda::Compared& c,
+                       const std::string& anchor, double factor, const std::string& goal_text) {
+  Bar ours = time_bar("eventide", c.ours);
+  Bar raw = time_bar(anchor, c.anchor);
+  const double goal = factor * raw.value;
+  return time_figure(name, title, ours, {raw}, goal_text, ours.value <= goal, goal, true);
+}
+
 }  // namespace
 
 std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
@@ -33,13 +42,10 @@ std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
 
   suite.push_back({"launch.add_chain", "a chain of tiny adds back to back beside <<<>>> launches",
                    quick ? 0.2 : 1.0, [=] {
-    cuda::Compared c = cuda::add_chain(gpu, quick ? 20 : 100);
-    Bar ours = time_bar("eventide", c.ours);
-    Bar raw = time_bar("the same kernel with <<<>>>", c.anchor);
     // Issue 12's goal: an op's host cost within 1.3× a raw launch of its kernel.
-    const double goal = 1.3 * raw.value;
-    return time_figure("launch.add_chain", "tiny op (`add` of 256 floats) back to back, per op, p50 / p99",
-                       ours, {raw}, "≤ 1.3× <<<>>>", ours.value <= goal, goal, true);
+    return relative_figure("launch.add_chain", "tiny op (`add` of 256 floats) back to back, per op, p50 / p99",
+                           cuda::add_chain(gpu, quick ? 20 : 100), "the same kernel with <<<>>>", 1.3,
+                           "≤ 1.3× <<<>>>");
   }});
 
   suite.push_back({"event.poll", "poll() beside cudaEventQuery", quick ? 0.1 : 0.8, [=] {
@@ -128,21 +134,15 @@ std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
 
   // Issue 12's gated figures: a host-opened gate, a tiny op behind it, its end noticed.
   suite.push_back({"gate.op_wait", "UserEvent gate -> op -> wait() returns", quick ? 0.3 : 2.0, [=] {
-    cuda::Compared c = cuda::gate_op_wait(gpu, quick ? 50 : 500);
-    Bar ours = time_bar("eventide", c.ours);
-    Bar raw = time_bar("cuStreamWaitValue32 gate + cudaEventSynchronize", c.anchor);
-    const double goal = 1.2 * raw.value;
-    return time_figure("gate.op_wait", "host `UserEvent` gate → tiny op → `wait()` returns, p50 / p99",
-                       ours, {raw}, "≤ 1.2× the GPU-side gate", ours.value <= goal, goal, true);
+    return relative_figure("gate.op_wait", "host `UserEvent` gate → tiny op → `wait()` returns, p50 / p99",
+                           cuda::gate_op_wait(gpu, quick ? 50 : 500),
+                           "cuStreamWaitValue32 gate + cudaEventSynchronize", 1.2, "≤ 1.2× the GPU-side gate");
   }});
 
   suite.push_back({"gate.op_callback", "UserEvent gate -> op -> a callback runs", quick ? 0.3 : 2.0, [=] {
-    cuda::Compared c = cuda::gate_op_callback(gpu, quick ? 50 : 300);
-    Bar ours = time_bar("eventide", c.ours);
-    Bar raw = time_bar("cuStreamWaitValue32 gate + cudaLaunchHostFunc", c.anchor);
-    const double goal = 0.3 * raw.value;
-    return time_figure("gate.op_callback", "host `UserEvent` gate → tiny op → a callback runs, p50 / p99",
-                       ours, {raw}, "≤ 0.3× cudaLaunchHostFunc", ours.value <= goal, goal, true);
+    return relative_figure("gate.op_callback", "host `UserEvent` gate → tiny op → a callback runs, p50 / p99",
+                           cuda::gate_op_callback(gpu, quick ? 50 : 300),
+                           "cuStreamWaitValue32 gate + cudaLaunchHostFunc", 0.3, "≤ 0.3× cudaLaunchHostFunc");
   }});
 
   suite.push_back({"timing.error", "time_elapsed() beside a CUDA event pair", quick ? 0.1 : 0.5, [=] {
