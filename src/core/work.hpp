@@ -86,9 +86,9 @@ class Work final : public RefCounted {
   void set_stamp(Ref<Stamp> stamp) noexcept { stamp_ = std::move(stamp); }
   // Whether the work has been handed to its device: for a device-written timeline (a GPU's),
   // false from its creation until its launch has ended (a GPU op held on the host until
-  // host-side work it depends on finishes has not been launched; one whose launch is under
-  // way may already have finished, written by its own kernel). Only launched work progresses
-  // without the host, so only launched work may be waited for by a device.
+  // host-side work it depends on finishes has not been launched; nor has one whose launch is
+  // under way on another thread, whose kernel may not be in its stream yet). Only launched
+  // work progresses without the host, so only launched work may be waited for by a device.
   bool launched() const noexcept { return launched_.load(std::memory_order_acquire); }
   void set_launched(bool launched) noexcept { launched_.store(launched, std::memory_order_release); }
 
