@@ -352,7 +352,7 @@ Compared completion_callback(Device gpu, int rounds) {
 }
 
 // A gate the host opens, then a tiny op behind it, then its end noticed on the host: by
-// `notice` (0: Event::wait / cudaEventSynchronize; 1: a callback / cudaLaunchHostFunc). Ours:
+// Event::wait / cudaEventSynchronize, or with `callback` by a callback / cudaLaunchHostFunc. Ours:
 // a UserEvent the stream waits for (the op is held on the host until it is set); the raw
 // anchor: cuStreamWaitValue32 on a pinned word in the stream, the same kernel behind it.
 // cuStreamWaitValue32, through the runtime (the driver library is not linked: the binaries run

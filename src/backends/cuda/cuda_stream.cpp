@@ -279,8 +279,8 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
     fail(lost);
   }
   if (decided_later) work->decide_error_later();
-  // Its launch has ended (its timing scope closed): other streams may wait for it on the GPU,
-  // and a thread that saw it finish may ask its time.
+  // Its launch has ended, its kernels and its progress write are in the stream: other streams
+  // may wait for it on the GPU from now on (Work::launched).
   work->set_launched(true);
   bool newly_watched;
   {
