@@ -23,9 +23,9 @@ void binary(BinaryKind kind, const void* a, const void* b, void* out, std::int64
 void random(void* out, std::int64_t n, DType dtype, Distribution distribution, std::uint64_t seed,
             std::uint64_t offset, cudaStream_t stream);
 
-// Test-only kernels (tests/cpp/cuda_test.cpp): a kernel that spins `ns` nanoseconds by the
-// GPU's clock and writes its own start and end (%globaltimer) to stamps[0..1]; a kernel that
-// traps, leaving the context with a sticky error.
+// A kernel that spins `ns` nanoseconds by the GPU's clock and writes its own start and end
+// (%globaltimer) to stamps[0..1]: the timing's calibration holds a stream busy with it, and
+// tests time it. Test-only: a kernel that traps, leaving the context with a sticky error.
 void spin(std::int64_t ns, unsigned long long* stamps, cudaStream_t stream);
 void trap(cudaStream_t stream);
 

@@ -10,7 +10,9 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <unordered_map>
+#include <thread>
 #include <vector>
 
 #include "backends/cuda/cuda_api.hpp"
@@ -31,8 +33,19 @@ constexpr std::size_t kBufferAlignment = 8;
 constexpr double kNsPerMs = 1e6;
 // CUPTI's clock against the host's: the narrowest of this many brackets.
 constexpr int kClockBrackets = 8;
-// Device memory for the calibration's one-element kernel.
+// A calibration: the stream is held busy this long by a spinning kernel, so that what the host
+// queues behind it (two timed one-element kernels around the anchor's event) runs back to back.
+constexpr std::int64_t kCalibrationSpinNs = 50'000;
+// The anchor is off by half the two kernels' gap at most. On an H200 that gap was 2.4-2.7 µs in
+// a busy process, 7-19 µs after the GPU idled (lower clocks); a gap wider than this is tried
+// again (the host may have been slower than the spin, or another process's work fell in it),
+// this many times at most, and the narrowest is kept. Each try costs a flush of CUPTI's buffers.
+constexpr std::int64_t kCalibrationGapNs = 4'000;
+constexpr int kCalibrationTries = 4;
+// Device memory for the calibration's kernels: the one-element kernels' word, then the
+// spinning kernel's two stamps.
 constexpr std::size_t kCalibrationScratchBytes = 64;
+constexpr std::size_t kCalibrationStampsOffset = 16;
 // The watcher flushes CUPTI's buffers once this many finished ops wait for their records.
 constexpr std::size_t kFlushWhenRetired = 1024;
 // Markers measured from an anchor more than this far away (float milliseconds: 60 ns steps at
@@ -45,7 +58,8 @@ constexpr std::int64_t kReferenceIdleNs = 100'000;
 // that a long process follows a clock that is stepped or drifts.
 constexpr std::int64_t kCalibrationAgeNs = 10'000'000'000;
 
-// This process is the child of a fork (Timing::forget_after_fork).
+// This process is the child of a fork (Timing::forget_after_fork): the timing's locks may have
+// been held by a thread of the parent's, and CUDA does not work here. Nothing takes them.
 std::atomic<bool> g_forked{false};
 
 const char* cupti_text(CUptiResult r) {
@@ -70,9 +84,14 @@ struct Timing::Impl {
   std::unordered_map<std::uint64_t, Entry> entries;  // by our correlation id
   std::unordered_map<const Work*, std::uint64_t> ids;
   std::unordered_map<std::uint32_t, std::uint64_t> by_correlation;  // CUPTI's id -> ours
-  // Activity records whose external correlation record has not been seen yet.
-  std::unordered_map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> orphans;
+  // Activity records of no op's launch seen so far (other code's work, in practice).
+  struct Orphan {
+    std::uint64_t start = 0, end = 0;
+    std::uint64_t epoch = 0;  // when it was delivered
+  };
+  std::unordered_map<std::uint32_t, Orphan> orphans;
   std::uint64_t next_id = 1;
+  std::atomic<int> open_scopes{0};  // CUPTI mode: Scopes whose launches are not tied yet
   std::uint64_t epoch = 1;
   // Retired entries not yet final. Changed under mu; read without it by maintain(), which the
   // watcher calls on every turn of its loop (taking mu there made op launches, which take it
@@ -97,23 +116,75 @@ struct Timing::Impl {
                                                           static_cast<std::int64_t>(end));
   }
 
+  // Ops' launching calls, noted by closing Scopes: the launching threads take only this
+  // lock, never mu, which record delivery and finalize hold for long stretches (a launch
+  // that waited there paid for it). fold_pending() moves them into the maps, under mu.
+  struct Pending {
+    Ref<Work> work;
+    std::size_t first = 0;  // its correlation ids: pending_correlations[first, first + count)
+    std::size_t count = 0;
+  };
+  detail::RuntimeMutex pending_mu;
+  std::vector<Pending> pending;
+  std::vector<std::uint32_t> pending_correlations;
+  std::vector<Pending> folding;  // under mu: swapped with the above, their room kept
+  std::vector<std::uint32_t> folding_correlations;
+
+  // Notes the op's launching calls (a Scope closing). An op whose calls cannot be noted (out
+  // of memory) is left untimed.
+  void note(Work& work, std::span<const std::uint32_t> correlations) noexcept {
+    try {
+      std::lock_guard lock(pending_mu);
+      const std::size_t first = pending_correlations.size();
+      pending_correlations.insert(pending_correlations.end(), correlations.begin(), correlations.end());
+      try {
+        pending.push_back(Pending{Ref<Work>(&work), first, correlations.size()});
+      } catch (...) {
+        pending_correlations.resize(first);
+      }
+    } catch (...) {
+    }
+  }
+
+  // Under mu: the noted ops get their entries and their calls' correlations.
+  void fold_pending() noexcept {
+    {
+      std::lock_guard lock(pending_mu);
+      pending.swap(folding);
+      pending_correlations.swap(folding_correlations);
+    }
+    for (Pending& p : folding) {
+      try {
+        const std::uint64_t id = next_id++;
+        Entry& e = entries[id];
+        e.work = std::move(p.work);
+        ids[e.work.get()] = id;
+        for (std::size_t i = p.first; i < p.first + p.count; ++i) launched(id, folding_correlations[i]);
+      } catch (...) {
+        // Out of memory: the calls not tied lose their time (the op's is partial or unknown).
+      }
+    }
+    folding.clear();
+    folding_correlations.clear();
+  }
+
+  // The launching call `correlation` (CUPTI's id) was made for the op `id`. Under mu.
+  void launched(std::uint64_t id, std::uint32_t correlation) {
+    auto it = entries.find(id);
+    if (it == entries.end()) return;
+    it->second.correlations.push_back(correlation);
+    by_correlation[correlation] = id;
+    if (auto o = orphans.find(correlation); o != orphans.end()) {
+      merge(id, o->second.start, o->second.end);
+      orphans.erase(o);
+    }
+  }
+
+  // A record (buffer_completed, under mu, after fold_pending).
   void take(CUpti_Activity* rec) {
     std::uint32_t correlation = 0;
     std::uint64_t start = 0, end = 0;
     switch (rec->kind) {
-      case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-        auto* r = reinterpret_cast<CUpti_ActivityExternalCorrelation*>(rec);
-        if (r->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) return;
-        auto it = entries.find(r->externalId);
-        if (it == entries.end()) return;
-        by_correlation[r->correlationId] = r->externalId;
-        it->second.correlations.push_back(r->correlationId);
-        if (auto o = orphans.find(r->correlationId); o != orphans.end()) {
-          merge(r->externalId, o->second.first, o->second.second);
-          orphans.erase(o);
-        }
-        return;
-      }
       case CUPTI_ACTIVITY_KIND_KERNEL:
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         auto* r = reinterpret_cast<CUpti_ActivityKernel10*>(rec);
@@ -144,14 +215,14 @@ struct Timing::Impl {
         break;
       }
       default:
-        return;  // API records: only there so that the external correlation records exist
+        return;
     }
     if (auto it = by_correlation.find(correlation); it != by_correlation.end()) {
       merge(it->second, start, end);
     } else {
-      auto& o = orphans.try_emplace(correlation, start, end).first->second;
-      o.first = std::min(o.first, start);
-      o.second = std::max(o.second, end);
+      Orphan& o = orphans.try_emplace(correlation, Orphan{start, end, epoch}).first->second;
+      o.start = std::min(o.start, start);
+      o.end = std::max(o.end, end);
     }
   }
 
@@ -193,7 +264,7 @@ struct Timing::Impl {
   // or so: hence made again when the one in use is older than that). Under calibration_mu.
   struct Anchor {
     cudaEvent_t event = nullptr;
-    cudaEvent_t after = nullptr;
+    cudaEvent_t trial = nullptr;  // a calibration's attempt; swapped with `event` if it is better
     std::int64_t cupti_ns = 0;
     std::int64_t made_host_ns = 0;
     cudaStream_t stream = nullptr;
@@ -204,6 +275,10 @@ struct Timing::Impl {
 
   // Makes final the entries that retired before `before`. Under mu.
   void finalize(std::uint64_t before) {
+    // Read before the fold: a Scope that closed before this read has noted its calls, and the
+    // fold ties the records of those calls kept as orphans.
+    const bool no_scope_open = open_scopes.load() == 0;
+    fold_pending();
     for (auto it = entries.begin(); it != entries.end();) {
       Entry& e = it->second;
       if (e.retired_epoch == 0 || e.retired_epoch >= before) {
@@ -216,14 +291,21 @@ struct Timing::Impl {
       retired_waiting.fetch_sub(1, std::memory_order_relaxed);
       it = entries.erase(it);
     }
-    // Records still without their correlation record belong to other code's launches.
-    orphans.clear();
+    // Records of no op's launch belong to other code's launches, unless an op's launch is
+    // still being tied to its calls (a Scope open on some thread): then the records of this
+    // flush may be its own. Older ones cannot be (a scope lasts one launch).
+    if (no_scope_open) {
+      orphans.clear();
+    } else {
+      std::erase_if(orphans, [&](const auto& o) { return o.second.epoch + 1 < before; });
+    }
   }
 };
 
 namespace {
 
 Timing::Impl* g_impl = nullptr;  // for CUPTI's C callbacks
+std::atomic<bool> g_records_wanted{false};  // CUPTI mode is in use: records are read
 
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
   *size = kBufferSize;
@@ -235,8 +317,9 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
                                std::size_t valid) {
   // Called by CUPTI (C): nothing may escape. A record that cannot be kept (out of memory)
   // is lost: its op's time is then partial or unknown, never wrong about completion.
-  if (g_impl && valid > 0) {
+  if (g_impl && g_records_wanted.load(std::memory_order_acquire) && valid > 0) {
     std::lock_guard lock(g_impl->mu);
+    g_impl->fold_pending();  // the ops launched so far own their records
     CUpti_Activity* rec = nullptr;
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
       try {
@@ -257,27 +340,95 @@ Timing::Mode mode_from_env() {
   return Timing::Mode::cupti;
 }
 
+// Whether a Scope is open on this thread, and the correlation ids of the
+// launching calls made in it so far: CUPTI's callback notes them here, without a lock (it runs
+// inside CUDA's call, where taking the lock that CUPTI's buffer callback takes could
+// deadlock), and the Scope ties them to the op when it closes.
+thread_local bool t_scope_open = false;
+thread_local std::vector<std::uint32_t> t_correlations;
+
+void CUPTIAPI api_entered(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
+  // Called by CUPTI (C): nothing may escape. A correlation that cannot be kept (out of
+  // memory) loses that launch's time, never more.
+  const auto* info = static_cast<const CUpti_CallbackData*>(data);
+  if (!t_scope_open || info->callbackSite != CUPTI_API_ENTER) return;
+  try {
+    t_correlations.push_back(info->correlationId);
+  } catch (...) {
+  }
+}
+
+// Whether CUDA's call `name` puts work on the GPU that CUPTI records (kernels, copies, sets).
+bool launches_work(const char* name) {
+  // (A host function launched into a stream has no record.)
+  if (std::strstr(name, "HostFunc") != nullptr) return false;
+  for (const char* prefix : {"cuLaunch", "cuMemcpy", "cuMemset", "cuGraphLaunch", "cudaLaunch",
+                             "cudaMemcpy", "cudaMemset", "cudaGraphLaunch"}) {
+    if (std::strncmp(name, prefix, std::strlen(prefix)) == 0) return true;
+  }
+  return false;
+}
+
+constexpr CUpti_ActivityKind kRecordedKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                                 CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
+
+// Starts CUPTI's part of the timing; on failure, leaves nothing of it running and says why.
 std::string start_cupti() {
   auto fail = [](const char* call, CUptiResult r) { return std::string(call) + ": " + cupti_text(r); };
-  if (CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS) {
-    return fail("cuptiActivityRegisterCallbacks", r);
+  // Which op a record belongs to: a callback on the calls that launch work only, by name in
+  // both API domains (under CUDA 13 a <<<>>> launch shows as the driver's cuLaunchKernel,
+  // cuBLASLt's as cuLaunchKernelEx). Every other call runs untouched: recording all API
+  // calls, which external correlation ids need, made each CUDA call of the process slower
+  // (cudaGetDevice + cudaSetDevice 1.1 µs instead of 0.1 on an H200). CUPTI has one
+  // subscriber per process: under a profiler that holds it, this fails first, with the
+  // profiler's name, and eventide times with event pairs.
+  CUpti_SubscriberHandle subscriber = nullptr;
+  char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN] = {};
+  CUpti_SubscriberParams params{};
+  params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+  params.subscriberName = "eventide op timing";
+  params.oldSubscriberName = holder;
+  params.oldSubscriberSize = sizeof holder;
+  if (CUptiResult r = cuptiSubscribe_v2(&subscriber, api_entered, nullptr, &params); r != CUPTI_SUCCESS) {
+    std::string why = fail("cuptiSubscribe_v2", r);
+    if (holder[0] != '\0') why += std::string(" (held by ") + holder + ")";
+    return why;
   }
-  for (CUpti_ActivityKind kind :
-       {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-        CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET}) {
-    if (CUptiResult r = cuptiActivityEnable(kind); r != CUPTI_SUCCESS) {
-      return fail("cuptiActivityEnable", r);
+  std::string why;
+  int enabled = 0;
+  struct DomainRange {
+    CUpti_CallbackDomain domain;
+    CUpti_CallbackId size;
+  };
+  for (DomainRange d : {DomainRange{CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE},
+                        DomainRange{CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE}}) {
+    for (CUpti_CallbackId cbid = 1; cbid < d.size && why.empty(); ++cbid) {
+      const char* name = nullptr;
+      if (cuptiGetCallbackName(d.domain, cbid, &name) != CUPTI_SUCCESS || !name || !launches_work(name)) continue;
+      if (CUptiResult r = cuptiEnableCallback(1, subscriber, d.domain, cbid); r != CUPTI_SUCCESS) {
+        why = fail("cuptiEnableCallback", r);
+      }
+      ++enabled;
     }
   }
-  // External correlation records come with API records, so the API calls are recorded too.
-  // This makes each CUDA call of the process slower while CUPTI runs (cudaEventQuery 1.3 µs
-  // instead of 0.3 on an H200). Recording only the launching calls
-  // (cuptiActivityEnableRuntimeApi) lost the records of kernels launched with <<<>>> under
-  // CUDA 13, and with them their times.
-  for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER}) {
-    if (CUptiResult r = cuptiActivityEnable(kind); r != CUPTI_SUCCESS) return fail("cuptiActivityEnable", r);
+  if (why.empty() && enabled == 0) why = "cuptiGetCallbackName: no launching call found";
+  if (why.empty()) {
+    if (CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS) {
+      why = fail("cuptiActivityRegisterCallbacks", r);
+    }
   }
-  return {};
+  std::size_t kinds_on = 0;
+  for (; why.empty() && kinds_on < std::size(kRecordedKinds); ++kinds_on) {
+    if (CUptiResult r = cuptiActivityEnable(kRecordedKinds[kinds_on]); r != CUPTI_SUCCESS) {
+      why = fail("cuptiActivityEnable", r);
+      break;
+    }
+  }
+  if (!why.empty()) {
+    for (std::size_t k = 0; k < kinds_on; ++k) cuptiActivityDisable(kRecordedKinds[k]);
+    cuptiUnsubscribe(subscriber);
+  }
+  return why;
 }
 
 }  // namespace
@@ -294,8 +445,9 @@ Timing::Timing() : impl_(new Impl()), mode_(mode_from_env()) {
   if (mode_ == Mode::cupti) {
     impl_->why = start_cupti();
     if (impl_->why.empty()) {
-      // CUPTI sets up its buffers with its first records, which takes a while: a traced call
-      // and a flush here, so that the first op or marker timed does not carry it.
+      g_records_wanted.store(true, std::memory_order_release);
+      // CUPTI sets up its buffers with its first records, which takes a while: a call and a
+      // flush here, so that the first op or marker timed does not carry it.
       int device = 0;
       (void)cudaGetDevice(&device);
       cuptiActivityFlushAll(0);
@@ -374,10 +526,15 @@ detail::Ref<detail::Stamp> Timing::stamp(int device, cudaStream_t stream) {
 namespace {
 
 Timing::Impl::Anchor* calibrate(Timing& timing, Timing::Impl& impl, int device) {
-  // On an idle private stream: an event, a one-element kernel that CUPTI times on its clock,
-  // another event. The two events bracket the kernel on the device's clock; the time between
-  // them outside the kernel is split evenly before and after it, which puts the first event
-  // on CUPTI's clock within a fraction of a microsecond.
+  // The anchor is an event put on CUPTI's clock. On a private stream held busy by a spinning
+  // kernel: a one-element kernel that CUPTI times, the event, another such kernel. Stream
+  // order puts the event after the first kernel's end and before the second's start, so it is
+  // placed halfway between them: off by half their gap at most (about half a microsecond),
+  // whatever the host's pace, since all three were queued while the stream was busy.
+  // (Bracketing one kernel by two events on an idle stream and splitting the time outside it
+  // evenly was wrong by half the difference between the host's launch, which falls before
+  // the kernel only, and the GPU's latency after it: markers read up to 13 µs early on an
+  // H200 once launches got cheaper.)
   Timing::Impl::Anchor& a = impl.anchors[device];
   int previous = -1;
   cudaGetDevice(&previous);
@@ -389,37 +546,52 @@ Timing::Impl::Anchor* calibrate(Timing& timing, Timing::Impl& impl, int device) 
     restore();
     return nullptr;
   }
-  if (!a.event && (cudaEventCreate(&a.event) != cudaSuccess || cudaEventCreate(&a.after) != cudaSuccess ||
+  if (!a.event && (cudaEventCreate(&a.event) != cudaSuccess || cudaEventCreate(&a.trial) != cudaSuccess ||
                    cudaMalloc(&a.scratch, kCalibrationScratchBytes) != cudaSuccess)) {
     (void)cudaGetLastError();
     restore();
     return nullptr;
   }
+  auto* stamps = reinterpret_cast<unsigned long long*>(static_cast<char*>(a.scratch) + kCalibrationStampsOffset);
   auto timeline = detail::make_ref<detail::Timeline>("cuda timing calibration");
-  auto probe = detail::make_ref<Work>(timeline, "calibration", detail::WorkKind::op);
-  bool ok = cudaEventRecord(a.event, a.stream) == cudaSuccess;
-  if (ok) {
-    Timing::Scope scope(timing, *probe, a.stream);
-    try {
+  std::optional<std::int64_t> best_gap;
+  std::int64_t best_anchor = 0;
+  bool ok = true;
+  for (int attempt = 0; ok && attempt < kCalibrationTries; ++attempt) {
+    Ref<Work> before = detail::make_ref<Work>(timeline, "calibration", detail::WorkKind::op);
+    Ref<Work> after = detail::make_ref<Work>(timeline, "calibration", detail::WorkKind::op);
+    auto timed_fill = [&](Work& probe) {
+      Timing::Scope scope(timing, probe, a.stream);
       kernels::fill(a.scratch, 1, DType::f32, 0.0, a.stream);
+    };
+    try {
+      kernels::spin(kCalibrationSpinNs, stamps, a.stream);
+      timed_fill(*before);
+      ok = cudaEventRecord(a.trial, a.stream) == cudaSuccess;
+      if (ok) timed_fill(*after);
     } catch (...) {
       ok = false;
     }
+    ok = cudaStreamSynchronize(a.stream) == cudaSuccess && ok;
+    Work* probes[] = {before.get(), after.get()};
+    timing.await_all(probes);  // retires them and flushes: CUPTI's records of the kernels
+    ok = ok && before->has_times() && after->has_times();
+    if (!ok) break;
+    const std::int64_t gap = after->start_ns() - before->end_ns();
+    if (gap >= 0 && (!best_gap || gap < *best_gap)) {
+      best_gap = gap;
+      best_anchor = before->end_ns() + gap / 2;
+      std::swap(a.event, a.trial);  // the event this attempt placed
+    }
+    if (best_gap && *best_gap <= kCalibrationGapNs) break;
   }
-  ok = ok && cudaEventRecord(a.after, a.stream) == cudaSuccess &&
-       cudaEventSynchronize(a.after) == cudaSuccess;
-  timing.await(*probe);  // retires it and flushes: CUPTI's record of the kernel
-  float bracket_ms = 0;
-  ok = ok && probe->has_times() && cudaEventElapsedTime(&bracket_ms, a.event, a.after) == cudaSuccess;
   restore();
-  if (!ok) {
+  if (!ok || !best_gap) {
     (void)cudaGetLastError();
     a.cupti_ns = 0;
     return nullptr;
   }
-  const double kernel_ns = static_cast<double>(probe->end_ns() - probe->start_ns());
-  const double outside_ns = std::max(0.0, static_cast<double>(bracket_ms) * kNsPerMs - kernel_ns);
-  a.cupti_ns = probe->start_ns() - static_cast<std::int64_t>(outside_ns / 2);
+  a.cupti_ns = best_anchor;
   a.made_host_ns = detail::host_now_ns();
   return &a;
 }
@@ -477,6 +649,15 @@ Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
     : timing_(timing), work_(work), stream_(stream) {
   if (timing_.mode_ == Mode::off) return;
   Impl& impl = *timing_.impl_;
+  if (timing_.mode_ == Mode::cupti) {
+    // The op's entry is made when the scope closes, with the calls it made (none: no entry,
+    // and retired() finds it untimed).
+    previous_open_ = t_scope_open;
+    first_ = t_correlations.size();
+    t_scope_open = true;
+    impl.open_scopes.fetch_add(1);
+    return;
+  }
   cudaEvent_t start = nullptr;
   {
     std::lock_guard lock(impl.mu);
@@ -484,31 +665,30 @@ Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
     Impl::Entry& e = impl.entries[id_];
     e.work = Ref<Work>(&work);
     impl.ids[&work] = id_;
-    if (timing_.mode_ == Mode::events) {
-      cudaGetDevice(&e.device);
-      impl.reference_of(e.device);
-      for (cudaEvent_t* ev : {&e.start, &e.end}) {
-        if (!impl.spare_events.empty()) {
-          *ev = impl.spare_events.back();
-          impl.spare_events.pop_back();
-        } else {
-          cudaEventCreate(ev);
-        }
+    cudaGetDevice(&e.device);
+    impl.reference_of(e.device);
+    for (cudaEvent_t* ev : {&e.start, &e.end}) {
+      if (!impl.spare_events.empty()) {
+        *ev = impl.spare_events.back();
+        impl.spare_events.pop_back();
+      } else {
+        cudaEventCreate(ev);
       }
-      start = e.start;
     }
+    start = e.start;
   }
-  if (timing_.mode_ == Mode::cupti) {
-    cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id_);
-  } else {
-    cudaEventRecord(start, stream_);
-  }
+  cudaEventRecord(start, stream_);
 }
 
 Timing::Scope::~Scope() {
   if (timing_.mode_ == Mode::cupti) {
-    std::uint64_t last = 0;
-    cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
+    Impl& impl = *timing_.impl_;
+    if (t_correlations.size() > first_) {
+      impl.note(work_, std::span<const std::uint32_t>(t_correlations).subspan(first_));
+    }
+    t_correlations.resize(first_);
+    t_scope_open = previous_open_;
+    impl.open_scopes.fetch_sub(1);
   } else if (timing_.mode_ == Mode::events) {
     cudaEvent_t end = nullptr;
     {
@@ -532,6 +712,7 @@ void Timing::retired(Work& work) noexcept {
     return;
   }
   std::lock_guard lock(impl_->mu);
+  if (mode_ == Mode::cupti) impl_->fold_pending();  // its launches may not be folded yet
   auto id = impl_->ids.find(&work);
   if (id == impl_->ids.end()) {
     if (!work.timing_known()) work.finish_timing();  // launched nothing timed (a wait)
@@ -567,17 +748,33 @@ void Timing::retired(Work& work) noexcept {
   impl_->retired_waiting.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+
+// A work's calls are noted when its launch ends (its timing scope closes), before its end is
+// published; Work::launched() says the launch has ended, and reading it orders this thread
+// after the note. A work seen finished has been launched, or is about to be: waits for it
+// (microseconds; bounded, for work that was held and then failed without a launch).
+void wait_launch_ended(const Work& work) noexcept {
+  constexpr auto kLongestLaunch = std::chrono::milliseconds(50);
+  if (work.launched()) return;
+  const auto give_up = detail::Clock::now() + kLongestLaunch;
+  while (!work.launched() && detail::Clock::now() < give_up) std::this_thread::yield();
+}
+
+}  // namespace
+
 void Timing::await(Work& work) {
   if (work.timing_known()) return;
   if (work.is_marker()) {
     time_marker(work);
     return;
   }
+  wait_launch_ended(work);
   retired(work);  // finished (the caller waited for it), even if the watcher has not seen it yet
   if (work.timing_known() || mode_ != Mode::cupti) return;
   std::lock_guard flush_lock(impl_->flush_mu);
-  if (work.timing_known()) return;  // another thread's flush covered it
-  flush_locked();
+  // (Another thread's flush may have covered it; a flush makes final what retired before it.)
+  while (!work.timing_known()) flush_locked();
 }
 
 void Timing::await_all(std::span<Work* const> works) {
@@ -588,13 +785,16 @@ void Timing::await_all(std::span<Work* const> works) {
       time_marker(*w);
       continue;
     }
+    wait_launch_ended(*w);
     retired(*w);  // finished, even if the watcher has not seen it yet
     if (!w->timing_known()) unknown = true;
   }
   if (!unknown || mode_ != Mode::cupti) return;
-  // Every one of them is retired now: one flush makes all their times final.
+  // Every one of them is retired now: a flush makes their times final.
   std::lock_guard flush_lock(impl_->flush_mu);
-  flush_locked();
+  for (Work* w : works) {
+    while (!w->timing_known()) flush_locked();
+  }
 }
 
 std::int64_t Timing::to_host_ns(int device, std::int64_t device_ns) noexcept {

@@ -4,9 +4,11 @@
 // event to when it reached the second: when the stream was idle, that includes the host's
 // launch of the kernel (about 6 µs too long on an H200 for a 10 µs kernel, ANCHORS.md).
 // CUPTI's activity records carry each kernel's, copy's and memset's own start and end on the
-// GPU. Each op's launches are tagged with an external correlation id (the op's), and the
-// records are folded into the op's Work as they arrive: its time is from the start of its
-// first activity to the end of its last.
+// GPU, and the correlation id of the call that launched it. While an op is launched (Scope),
+// CUPTI's callback on the launching calls (cuLaunchKernel, cuMemcpyAsync, ...; no other call
+// is traced) ties each call's correlation id to the op, and the records are folded into the
+// op's Work as they arrive: its time is from the start of its first activity to the end of
+// its last.
 //
 // Records arrive in buffers, some time after the work: a Work's time is *known* once a flush
 // (cuptiActivityFlushAll) that began after the work finished has delivered them. await()
@@ -28,6 +30,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -59,7 +62,11 @@ class Timing {
     Timing& timing_;
     detail::Work& work_;
     cudaStream_t stream_;
-    std::uint64_t id_ = 0;
+    std::uint64_t id_ = 0;  // events mode: the op's entry
+    // CUPTI mode: whether a scope was open on this thread already, and where this one's
+    // correlation ids begin in the thread's list.
+    bool previous_open_ = false;
+    std::size_t first_ = 0;
   };
 
   // A marker at the current end of `stream` (on `device`, current): a timed CUDA event
@@ -80,8 +87,8 @@ class Timing {
   void maintain();
 
   // In the child of a fork: CUDA does not work here, and the timing's locks may have been
-  // held by a thread of the parent's. From now on nothing takes them: a retired op is left
-  // untimed, a marker too. (Static: it must not start the timing where it had not started.)
+  // held by a thread of the parent's; from now on a retired op is untimed, with no lock taken.
+  // (Static: it must not start the timing where it had not started.)
   static void forget_after_fork() noexcept;
 
   struct Impl;  // the record keeping (cuda_timing.cpp), also reached by CUPTI's callbacks
