@@ -1,7 +1,7 @@
 # eventide's entry points. Each target installs the Debian packages it needs (as root) or
 # names them (otherwise), configures CMake if needed, builds and runs.
 #
-#   make run        build, then run `eventide demo` (every seed scenario, default device)
+#   make run        build, then run `eventide demo` (every scenario of the torch.mps.Event tutorial, default device)
 #   make test       build, then run every test (C++ and Python tests, examples)
 #   make bench      build (Release), run the benchmarks, write build/bench/results.md
 #   make sanitize   the tests under ThreadSanitizer, then AddressSanitizer + UBSan

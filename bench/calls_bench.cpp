@@ -136,7 +136,7 @@ void BM_AddTiny(benchmark::State& state) {
 }
 BENCHMARK(BM_AddTiny)->ArgName("ops")->Arg(1)->Arg(1000)->UseRealTime();
 
-// The anchor of ANCHORS.md: one task launched on its own thread and waited for.
+// The anchor: one task launched on its own thread and waited for.
 void BM_AnchorStdAsyncLaunchGet(benchmark::State& state) {
   for (auto _ : state) {
     auto f = std::async(std::launch::async, [] { return 1; });

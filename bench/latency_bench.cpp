@@ -2,7 +2,7 @@
 // paths, beside the standard primitives measured the same way in the same process.
 //
 // Google Benchmark reports means; a wake-up is judged by its median and its tail, so these
-// are measured by hand, as the anchor program of ANCHORS.md ("CPU primitives") does:
+// are measured by hand, as the anchor programs of the C++ primitives are:
 //
 // * Ping-pong: two threads hand a turn back and forth through the primitive; half of one
 //   round trip is one wake-up. Both threads stay hot, so waiters that spin before they sleep

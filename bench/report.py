@@ -280,7 +280,7 @@ def markdown(rows, meta):
                   f"{sum(r['met'] is not None for r in rows)}."
               + (" Missed: " + "; ".join(missed) + "." if missed else ""), ""]
     lines += ["Wake-ups are p50 unless said; ping-pong/2 is half a round trip between two "
-              "threads, as in ANCHORS.md. Per-call costs are Google Benchmark real time "
+              "threads, as the anchor measures it. Per-call costs are Google Benchmark real time "
               "(median of the repetitions when there are several). matmul: eventide and "
               "cblas_sgemm alternate in one loop; GFLOP/s are medians, the percentage is the "
               "median of the per-pair ratios. Raw data: results.json.", ""]

@@ -150,7 +150,7 @@ std::vector<Benchmark> cpu_suite(const SuiteOptions& options) {
       e.record(t);
       (void)e.poll();
     });
-    // ANCHORS.md's "std::promise set + get, same thread": what a one-shot completion flag
+    // The anchor "std::promise set + get, same thread": what a one-shot completion flag
     // from the standard library costs, made, set and read.
     auto anchor = per_call(z.call_batches, 100, [] {
       std::promise<int> p;

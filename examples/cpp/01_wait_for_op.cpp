@@ -1,6 +1,5 @@
-// Seed: "Waiting for an MPS op to complete" (points 2, 3):
-//   output = torch.mps.matmul(a, b); event = torch.mps.Event(); event.record(output)
-//   event.wait(); print(output)
+// Waiting for one op (tutorial points 2 and 3, docs/TUTORIAL.md): start a matrix product, tie
+// an event to it, block until it is done, then use the result.
 #include <cstdio>
 #include <vector>
 
@@ -12,7 +11,7 @@ int main() {
   ev::Tensor b = ev::randn({512, 512});
 
   ev::Tensor output = ev::matmul(a, b);  // asynchronous: returns at once
-  ev::Event event;                       // a new event is not completed (seed point 1)
+  ev::Event event;                       // a new event is not completed (tutorial point 1)
   if (event.completed()) return 1;
   event.record(output);                  // tie the event to the matmul
   event.wait();                          // block until the matmul has finished

@@ -1,6 +1,5 @@
-// Seed: "Synchronizing several MPS ops" (point 8):
-//   output1 = matmul(a, b); output2 = matmul(c, d)
-//   event1.record(output1); event2.record(output2); torch.mps.wait_all([event1, event2])
+// Waiting for a group of ops (tutorial point 8): two products, an event on each, and one
+// wait_all call that returns once both are done.
 #include <cstdio>
 
 #include <eventide/eventide.hpp>

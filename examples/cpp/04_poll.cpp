@@ -1,7 +1,5 @@
-// Seed: "Checking whether the event has completed" (point 4):
-//   event.record(output)
-//   while not event.poll():
-//       pass  # do other work
+// Polling (tutorial point 4): poll() answers at once, so the host keeps working until the op
+// is done.
 #include <cmath>
 #include <cstdio>
 

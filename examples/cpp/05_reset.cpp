@@ -1,5 +1,5 @@
-// Seed: "Resetting an event" (point 5):
-//   event.record(output); event.wait(); event.reset(); print(event.completed)  # False
+// Reusing an event (tutorial point 5): reset() makes a finished event not completed again,
+// ready to be recorded on new work.
 #include <cstdio>
 
 #include <eventide/eventide.hpp>

@@ -1,7 +1,6 @@
-// Seed: "Other ways: torch.cuda.synchronize()" (point 10):
-//   output = torch.mps.matmul(a, b); torch.cuda.synchronize(); print(output)
-// The seed claims MPS runs on CUDA kernels, which is false; eventide's synchronize() waits
-// for all work on every stream of a device, whatever the backend.
+// Device-wide synchronization (tutorial point 10): synchronize() waits for all the work queued
+// on a device, on every stream. The tutorial spells it torch.cuda.synchronize() for an Apple
+// GPU, which runs no CUDA; eventide's works whatever the backend.
 #include <cstdio>
 
 #include <eventide/eventide.hpp>

@@ -1,8 +1,6 @@
-// Seed: "Other ways: the threading module" (point 11):
-//   event = threading.Event()
-//   def on_complete(): event.set()
-//   output.add_completion_callback(on_complete); event.wait(); print(output)
-// Here the waiter is a std::thread and threading.Event a mutex + condition variable.
+// Completion callbacks and a waiting thread (tutorial point 11): a callback on the output
+// wakes another thread, here a std::thread on a mutex and condition variable (the tutorial
+// uses Python's threading.Event).
 #include <condition_variable>
 #include <cstdio>
 #include <memory>

@@ -1,6 +1,6 @@
-// Seed: "Custom events" (point 12): class MyEvent with set() and wait(), set by a completion
-// callback. The seed's wait() busy-waits (`while not self._completed: pass`); this one
-// sleeps on a condition variable until set() wakes it.
+// An event class of your own (tutorial point 12): set() and wait(), driven by a completion
+// callback. Its wait() sleeps on a condition variable until set() wakes it, instead of spinning
+// on a flag as the tutorial's does.
 #include <condition_variable>
 #include <cstdio>
 #include <memory>

@@ -1,5 +1,5 @@
-// Seed point 2: "an event can be tied to several MPS ops". Records accumulate: the event
-// finishes when every tied op has, and time_elapsed() spans them all.
+// One event for several ops (tutorial point 2). Records accumulate: the event finishes when
+// every tied op has, and time_elapsed() spans them all.
 #include <cstdio>
 
 #include <eventide/eventide.hpp>

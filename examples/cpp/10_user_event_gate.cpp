@@ -1,4 +1,4 @@
-// Beyond the seed: a UserEvent is finished by host code. A stream that waits on it runs its
+// Beyond the tutorial: a UserEvent is finished by host code. A stream that waits on it runs its
 // later work only after set(); the host never blocks. fail() fails that work instead.
 #include <cstdio>
 #include <stdexcept>

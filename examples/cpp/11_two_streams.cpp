@@ -1,6 +1,6 @@
-// Beyond the seed (point 13, "run several ops efficiently at once"): two streams run side by
-// side. An event recording several ops spans them, from the first start to the last end, so
-// it measures what running them on two streams instead of one gains.
+// Running several ops at once (tutorial point 13): two streams run side by side. An event
+// recording several ops spans them, from the first start to the last end, so it measures what
+// running them on two streams instead of one gains.
 #include <cstdio>
 
 #include <eventide/eventide.hpp>

@@ -1,4 +1,4 @@
-// Beyond the seed: bounded waits. wait_for(timeout) returns false instead of blocking
+// Beyond the tutorial: bounded waits. wait_for(timeout) returns false instead of blocking
 // forever; wait_any returns the index of the first finished event (nullopt on timeout).
 #include <chrono>
 #include <cstdio>

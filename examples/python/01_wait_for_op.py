@@ -1,5 +1,5 @@
-# Seed snippet "MPS 演算の完了を待つ" (waiting for an operation to finish), with
-# torch.mps.* replaced by eventide: run a matmul, tie an event to it, wait, use the result.
+# Waiting for one op (tutorial point 3, docs/TUTORIAL.md): start a matrix product, tie an
+# event to it, block until it is done, then use the result.
 import sys
 
 import numpy as np
@@ -9,21 +9,21 @@ import eventide as ev
 a = ev.rand(512, 512)
 b = ev.rand(512, 512)
 
-# MPS 演算を実行 (run the device operation: returns at once, the work is asynchronous)
+# Start the product on the device. The call returns at once; the work runs asynchronously.
 output = ev.matmul(a, b)
 
-# イベントを作成 (create an event: not completed yet)
+# A new event, not completed yet.
 event = ev.Event()
 if event.completed:
     sys.exit("a new event must not be completed")
 
-# イベントを演算に関連付け (tie the event to the operation)
+# Tie the event to the op that produces `output`.
 event.record(output)
 
-# イベントが完了するまで待機 (wait until the event completes)
+# Block until the event has completed.
 event.wait()
 
-# イベントが完了したので、処理を進める (the event completed: go on)
+# The work is done: its result can be used.
 print(output)
 print(output.numpy()[:2, :4])
 

@@ -1,5 +1,5 @@
-# Seed snippet "複数の MPS 演算を同期させる" (synchronizing several operations): two matmuls,
-# one event each, ev.wait_all([event1, event2]) in place of torch.mps.wait_all.
+# Waiting for a group of ops (tutorial point 8): two products, an event on each, and one
+# ev.wait_all call that returns once both are done.
 import sys
 
 import eventide as ev
@@ -7,22 +7,22 @@ import eventide as ev
 a, b = ev.rand(512, 512), ev.rand(512, 512)
 c, d = ev.rand(256, 1024), ev.rand(1024, 256)
 
-# MPS 演算を実行
+# Start the device work (asynchronous: the call returns at once).
 output1 = ev.matmul(a, b)
 output2 = ev.matmul(c, d)
 
-# イベントを作成
+# A new event.
 event1 = ev.Event()
 event2 = ev.Event()
 
-# イベントを演算に関連付け
+# Tie the event to the work.
 event1.record(output1)
 event2.record(output2)
 
-# すべてのイベントが完了するまで待機 (wait until every event has completed)
+# Block until every listed event has completed.
 ev.wait_all([event1, event2])
 
-# イベントが完了したので、処理を進める
+# Done: use the results.
 print(output1, output2)
 
 if not (event1.completed and event2.completed and output1.ready and output2.ready):

@@ -1,5 +1,5 @@
-# Seed snippet "イベントの完了をチェック" (checking whether the event has completed):
-# poll() never blocks, so the host can do other work until the op is done.
+# Polling (tutorial point 4): poll() answers at once, so the host keeps working until the op
+# is done.
 import sys
 
 import eventide as ev
@@ -7,22 +7,22 @@ import eventide as ev
 a = ev.rand(1024, 1024)
 b = ev.rand(1024, 1024)
 
-# MPS 演算を実行
+# Start the device work (asynchronous: the call returns at once).
 output = ev.matmul(a, b)
 
-# イベントを作成
+# A new event.
 event = ev.Event()
 
-# イベントを演算に関連付け
+# Tie the event to the work.
 event.record(output)
 
-# イベントが完了したかどうかをチェック (poll until complete)
+# Ask without blocking; do other host work until the answer is yes.
 other_work = 0
 while not event.poll():
-    # 他の処理を行う (do other work)
+    # (the host's own work goes here)
     other_work += 1
 
-# イベントが完了したので、処理を進める
+# Done: use the results.
 print(output)
 print(f"did {other_work} rounds of other work while the matmul ran")
 

@@ -1,5 +1,5 @@
-# Seed snippet "イベントをリセット" (resetting the event): after reset() the event is back to
-# not completed, and can be recorded again.
+# Reusing an event (tutorial points 5 and 2): reset() makes a finished event not completed
+# again, ready to be recorded on new work, here on two ops at once.
 import sys
 
 import eventide as ev
@@ -7,28 +7,28 @@ import eventide as ev
 a = ev.rand(512, 512)
 b = ev.rand(512, 512)
 
-# MPS 演算を実行
+# Start the device work (asynchronous: the call returns at once).
 output = ev.matmul(a, b)
 
-# イベントを作成
+# A new event.
 event = ev.Event()
 
-# イベントを演算に関連付け
+# Tie the event to the work.
 event.record(output)
 
-# イベントが完了するまで待機
+# Block until the work is done.
 event.wait()
 
-# イベントをリセット (reset the event)
+# Back to not completed.
 event.reset()
 
-# イベントが未完了状態になったことを確認 (check that it is not completed)
+# It reads as not completed again.
 print(event.completed)
 
 if event.completed is not False:
     sys.exit("after reset() the event must not be completed")
 
-# The seed's closing notes: an event may be tied to several operations. Reuse it for two.
+# One event may stand for several ops: record it on two.
 output2 = ev.matmul(b, a)
 output3 = output + output2
 event.record(output2)

@@ -1,5 +1,5 @@
-# Seed section "torch.mps.Event 以外の方法": torch.cuda.synchronize() waits for all the work of
-# the device. eventide's ev.synchronize() does that on every backend (every stream).
+# Device-wide synchronization (tutorial point 10): ev.synchronize() waits for all the work
+# queued on a device, on every stream, whichever backend runs it.
 import sys
 
 import eventide as ev
@@ -7,16 +7,16 @@ import eventide as ev
 a = ev.rand(512, 512)
 b = ev.rand(512, 512)
 
-# MPS 演算を実行
+# Start the device work (asynchronous: the call returns at once).
 output = ev.matmul(a, b)
 side = ev.Stream()
 with side:  # work on another stream is covered too
     side_output = ev.matmul(b, a)
 
-# すべての CUDA カーネルが完了するまで待機 (wait until all device work is done)
+# Block until all the device's work is done, on every stream.
 ev.synchronize()
 
-# 処理を進める
+# Done: use the results.
 print(output)
 print(side_output)
 

@@ -1,5 +1,5 @@
-# Seed section "Python の threading モジュール": a threading.Event set by a completion
-# callback, so that another thread can wait for the operation.
+# Completion callbacks with threading (tutorial point 11): a callback on the output sets a
+# threading.Event, and other Python threads wait on that.
 import sys
 import threading
 
@@ -8,13 +8,13 @@ import eventide as ev
 a = ev.rand(512, 512)
 b = ev.rand(512, 512)
 
-# MPS 演算を実行
+# Start the device work (asynchronous: the call returns at once).
 output = ev.matmul(a, b)
 
-# イベントを作成 (a plain threading.Event)
+# A plain threading.Event, to be set when the work is done.
 event = threading.Event()
 
-# イベントを演算に関連付け (the callback runs on eventide's callback thread when the op is done)
+# The callback runs on eventide's callback thread once the op is done.
 def on_complete():
     event.set()
 
@@ -25,11 +25,11 @@ seen = []
 waiter = threading.Thread(target=lambda: seen.append(event.wait(60) and output.ready))
 waiter.start()
 
-# イベントが完了するまで待機
+# Block until the work is done.
 if not event.wait(60):
     sys.exit("the completion callback never ran")
 
-# 処理を進める
+# Done: use the results.
 print(output)
 
 waiter.join(60)

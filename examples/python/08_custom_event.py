@@ -1,6 +1,6 @@
-# Seed section "カスタムイベント" (custom events): a class with set() and wait(), driven by a
-# completion callback. Unlike the seed's version, wait() blocks without busy-waiting (on a
-# threading.Condition), and the object can be given to ev.wait_all with real events.
+# An event class of your own (tutorial point 12): set() and wait(), driven by a completion
+# callback. Its wait() sleeps on a threading.Condition instead of spinning, and ev.wait_all
+# takes it beside eventide's own events.
 import sys
 import threading
 
@@ -19,29 +19,29 @@ class MyEvent:
 
     def wait(self, timeout=None):
         with self._cond:
-            # 他の処理を行う: other threads run meanwhile; this one sleeps until set()
+            # Sleeps until set() (no spinning); other threads run meanwhile.
             return self._cond.wait_for(lambda: self._completed, timeout)
 
 
 a = ev.rand(512, 512)
 b = ev.rand(512, 512)
 
-# MPS 演算を実行
+# Start the device work (asynchronous: the call returns at once).
 output = ev.matmul(a, b)
 
-# イベントを作成
+# A new event.
 event = MyEvent()
 
-# イベントを演算に関連付け
+# Tie the event to the work.
 def on_complete():
     event.set()
 
 output.add_completion_callback(on_complete)
 
-# イベントが完了するまで待機
+# Block until the work is done.
 event.wait()
 
-# 処理を進める
+# Done: use the results.
 print(output)
 if not output.ready:
     sys.exit("MyEvent was set before the output was ready")

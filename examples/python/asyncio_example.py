@@ -1,6 +1,5 @@
-# The seed's first snippet ("MPS 演算の完了を待つ") in asyncio: `await event` in place of
-# event.wait(), so the event loop keeps serving other coroutines while the device works;
-# plus ev.wait_all_async / wait_any_async and a failure raised through await.
+# Waiting for an op from asyncio: `await event` in place of event.wait(), so the event loop
+# keeps serving other coroutines while the device works; plus ev.wait_all_async / wait_any_async and a failure raised through await.
 import asyncio
 import sys
 
@@ -19,12 +18,12 @@ async def main() -> int:
     stop, beats = asyncio.Event(), []
     hb = asyncio.create_task(heartbeat(stop, beats))
 
-    # MPS 演算を実行 / イベントを作成 / イベントを演算に関連付け
+    # Start the product and tie a new event to it.
     output = ev.matmul(a, b)
     event = ev.Event()
     event.record(output)
 
-    # イベントが完了するまで待機, without blocking the loop
+    # Wait for it without blocking the loop.
     await event
     print(output, f"({len(beats)} heartbeats while waiting)")
 

@@ -1,7 +1,6 @@
-# The seed's stated benefit "複数の MPS 演算を効率的に実行" (running several operations
-# efficiently) and its performance analysis: two streams work concurrently, each op timed by
-# its own event (time_elapsed, microseconds); a third stream joins them through events; and
-# the spans show how much the streams overlapped.
+# Running several ops at once, and measuring it (tutorial point 13): two streams work
+# concurrently, each op timed by its own event (time_elapsed, microseconds); a third stream
+# joins them through events; and the spans show how much the streams overlapped.
 import sys
 
 import numpy as np

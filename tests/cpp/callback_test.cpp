@@ -467,9 +467,9 @@ TEST(CallbackTest, TargetFindsTheCallableOfItsOwnTypeOnly) {
   EXPECT_EQ(empty.target<Small>(), nullptr);
 }
 
-// The seed program's pattern: a completion callback sets a flag that another thread waits for
+// The tutorial's pattern: a completion callback sets a flag that another thread waits for
 // with a condition variable.
-TEST(CallbackTest, SeedPatternCompletionCallbackWakesAConditionVariableWaiter) {
+TEST(CallbackTest, TutorialPatternCompletionCallbackWakesAConditionVariableWaiter) {
   run_with_deadline([] {
     for (int round = 0; round < iterations(200); ++round) {
       std::mutex mu;

@@ -288,7 +288,7 @@ class TestEvent:
             e.synchronize()
 
     def test_records_accumulate(self, gate: Gate):
-        # Seed point 2: an event may be tied to several operations.
+        # Tutorial point 2: an event may be tied to several operations.
         done = ev.rand(4)
         with gate:
             later = ev.rand(4)

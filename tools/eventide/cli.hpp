@@ -30,7 +30,7 @@ struct DemoOptions {
 // How many scenarios the demo has (`--only` takes numbers from 1 to this).
 int demo_scenario_count();
 
-// Runs every scenario of the seed tutorial on `options.device`, printing what happened;
+// Runs every scenario of the torch.mps.Event tutorial on `options.device`, printing what happened;
 // kExitOk when every scenario passed its checks (and the profile, if asked for, was saved).
 int run_demo(const DemoOptions& options);
 

@@ -1,8 +1,8 @@
-// `eventide demo`: every scenario of the seed tutorial (shared/seed/README.md, points 1-12),
-// run for real on one device, then the features eventide adds beyond the seed.
+// `eventide demo`: every scenario of the torch.mps.Event tutorial (docs/TUTORIAL.md, points
+// 1-12), run for real on one device, then the features eventide adds beyond it.
 //
 // Each scenario is a function that prints what it does and throws when something is not as
-// the seed (or API.md) says; the runner catches that, marks the section FAILED and goes on,
+// the tutorial (or API.md) says; the runner catches that, marks the section FAILED and goes on,
 // so one broken scenario does not hide the others. The structure of the output is fixed
 // (the same sections and lines every run); only the measured numbers change.
 //
@@ -66,7 +66,7 @@ __attribute__((format(printf, 1, 2))) void say(const char* fmt, ...) {
   std::printf("    %s\n", line.c_str());
 }
 
-// Times are printed in microseconds, the seed's unit for time_elapsed().
+// Times are printed in microseconds, the tutorial's unit for time_elapsed().
 std::string us(Micros t) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.1f µs", t.count());
@@ -93,7 +93,7 @@ Micros thread_cpu_time() {
   return Micros(static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3);
 }
 
-// What the scenarios share: the device, and matrix sizes fitting it. `n` is the seed-sized
+// What the scenarios share: the device, and matrix sizes fitting it. `n` is the tutorial-sized
 // matmul; `big_n` one that takes long enough (milliseconds) for asynchrony to be visible.
 struct Context {
   ev::Device device;
@@ -137,7 +137,7 @@ void check_matmul_corner(const ev::Tensor& a, const ev::Tensor& b, const std::ve
   }
 }
 
-// Python's threading.Event, which the seed pairs with add_completion_callback: a flag that
+// Python's threading.Event, which the tutorial pairs with add_completion_callback: a flag that
 // one thread sets and others wait for, blocking on a condition variable.
 class ThreadingEvent {
  public:
@@ -162,9 +162,9 @@ class ThreadingEvent {
 };
 
 // ---------------------------------------------------------------------------------------------
-// The scenarios, in the order of the seed's snippets.
+// The scenarios, in the order of the tutorial's snippets.
 
-// Seed 1: "Event() creates an event that is not completed by default."
+// Tutorial point 1: "Event() creates an event that is not completed by default."
 void new_event_is_not_completed(const Context&) {
   ev::Event e;
   say("ev::Event e;                 -> %s", e.str().c_str());
@@ -172,7 +172,7 @@ void new_event_is_not_completed(const Context&) {
   say("e.status()                   -> %s", std::string(ev::name(e.status())).c_str());
   check(!e.completed(), "a new event must not be completed");
   check(e.status() == ev::EventStatus::empty, "a new event must be empty");
-  // The seed's "not completed" would make a plain wait hang forever; we make it an error.
+  // The tutorial's "not completed" would make a plain wait hang forever; we make it an error.
   try {
     e.wait();
     check(false, "wait() on a never-recorded event returned");
@@ -181,7 +181,7 @@ void new_event_is_not_completed(const Context&) {
   }
 }
 
-// Seed 2/3: record(output) ties the event to the op; wait() blocks until it is done.
+// Tutorial point 2/3: record(output) ties the event to the op; wait() blocks until it is done.
 void wait_for_one_op(const Context& ctx) {
   ev::Tensor a = ctx.randn(ctx.n);
   ev::Tensor b = ctx.randn(ctx.n);
@@ -205,7 +205,7 @@ void wait_for_one_op(const Context& ctx) {
   say("checked against a dot product computed on the host");
 }
 
-// Seed 2 (note): an event may be tied to several ops; it finishes when all have finished.
+// Tutorial point 2 (note): an event may be tied to several ops; it finishes when all have finished.
 void one_event_several_ops(const Context& ctx) {
   ev::Tensor a = ctx.randn(ctx.n);
   ev::Tensor b = ctx.randn(ctx.n);
@@ -237,7 +237,7 @@ void one_event_several_ops(const Context& ctx) {
       us(e.time_elapsed()).c_str());
 }
 
-// Seed 8: wait_all([event1, event2]) waits until every listed event has finished.
+// Tutorial point 8: wait_all([event1, event2]) waits until every listed event has finished.
 void wait_all_events(const Context& ctx) {
   ev::Tensor a = ctx.randn(ctx.n), b = ctx.randn(ctx.n);
   ev::Tensor c = ctx.randn(ctx.n), d = ctx.randn(ctx.n);
@@ -259,7 +259,7 @@ void wait_all_events(const Context& ctx) {
   check_matmul_corner(c, d, h2, ctx.n);
 }
 
-// Seed 7: time_elapsed() is the device time of the recorded work, in microseconds.
+// Tutorial point 7: time_elapsed() is the device time of the recorded work, in microseconds.
 void analyse_performance(const Context& ctx) {
   // The first matmul also starts the BLAS's threads; keep that out of the table.
   ev::matmul(ctx.randn(64), ctx.randn(64)).wait();
@@ -276,7 +276,7 @@ void analyse_performance(const Context& ctx) {
   }
 }
 
-// Seed 4: poll() checks without blocking; the host does other work until the op is done.
+// Tutorial point 4: poll() checks without blocking; the host does other work until the op is done.
 void poll_loop(const Context& ctx) {
   ev::Tensor a = ctx.randn(ctx.big_n), b = ctx.randn(ctx.big_n);
   ev::Tensor output = ev::matmul(a, b);
@@ -298,7 +298,7 @@ void poll_loop(const Context& ctx) {
       yes_no(output.ready()));
 }
 
-// Seed 5: reset() puts the event back to not completed.
+// Tutorial point 5: reset() puts the event back to not completed.
 void reset_event(const Context& ctx) {
   ev::Tensor output = ev::matmul(ctx.randn(ctx.n), ctx.randn(ctx.n));
   ev::Event event;
@@ -333,7 +333,7 @@ void reset_event(const Context& ctx) {
   check(event.completed(), "a reset event must be usable again");
 }
 
-// Seed 6: the attributes completed and device.
+// Tutorial point 6: the attributes completed and device.
 void attributes(const Context& ctx) {
   ev::Event e;
   say("ev::Event e;            e.device() = %s", device_or_none(e.device()).c_str());
@@ -352,7 +352,7 @@ void attributes(const Context& ctx) {
       yes_no(e.timing_enabled()), e.str().c_str());
 }
 
-// Seed 9: matmul is asynchronous: the call returns long before the result is ready.
+// Tutorial point 9: matmul is asynchronous: the call returns long before the result is ready.
 void matmul_is_asynchronous(const Context& ctx) {
   ev::Tensor a = ctx.randn(ctx.big_n), b = ctx.randn(ctx.big_n);
   a.wait();  // the inputs are made first, so that only the matmul is timed
@@ -376,7 +376,7 @@ void matmul_is_asynchronous(const Context& ctx) {
   check(call * 2 < until_ready, "matmul must return before its result is ready");
 }
 
-// Seed 10: a device-wide synchronize() waits for all work on the device, every stream.
+// Tutorial point 10: a device-wide synchronize() waits for all work on the device, every stream.
 void device_synchronize(const Context& ctx) {
   ev::Stream second(ctx.device);
   std::vector<ev::Tensor> outs;
@@ -393,13 +393,13 @@ void device_synchronize(const Context& ctx) {
   for (const ev::Tensor& t : outs) ready += t.ready() ? 1 : 0;
   say("ev::synchronize(%s) -> returned after %s; %d of 5 outputs ready",
       ctx.device.str().c_str(), us(waited).c_str(), ready);
-  say("(the seed spells it torch.cuda.synchronize(); ours works on every device)");
+  say("(the tutorial spells it torch.cuda.synchronize(); ours works on every device)");
   check(ready == 5, "synchronize() must wait for every stream of the device");
   ev::synchronize();
   say("ev::synchronize()  -> every device, returned at once as nothing is left");
 }
 
-// Seed 11: add_completion_callback sets a threading.Event that another thread waits on.
+// Tutorial point 11: add_completion_callback sets a threading.Event that another thread waits on.
 void completion_callback(const Context& ctx) {
   ev::Tensor output = ev::matmul(ctx.randn(ctx.big_n), ctx.randn(ctx.big_n));
   // The callback owns what it touches (a shared_ptr), so nothing it uses can go away
@@ -434,8 +434,8 @@ void completion_callback(const Context& ctx) {
   check(runtime_thread, "callbacks run on a thread of the runtime");
 }
 
-// Seed 12: a user-written event class with set() and wait(), driven by a completion
-// callback. The seed's wait() spins (`while not completed: pass`); this one blocks.
+// Tutorial point 12: a user-written event class with set() and wait(), driven by a completion
+// callback. The tutorial's wait() spins (`while not completed: pass`); this one blocks.
 class MyEvent {
  public:
   void set() {
@@ -494,7 +494,7 @@ void custom_event(const Context& ctx) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Beyond the seed.
+// Beyond the tutorial.
 
 void timeouts(const Context& ctx) {
   ev::UserEvent gate(ctx.device);
@@ -742,27 +742,27 @@ void two_streams(const Context& ctx) {
 
 struct Scenario {
   const char* title;
-  const char* source;  // which point of the seed (shared/seed/README.md) it shows
+  const char* source;  // which point of the tutorial (docs/TUTORIAL.md) it shows
   void (*run)(const Context&);
 };
 
 const Scenario kScenarios[] = {
-    {"A new event is not completed", "seed 1", new_event_is_not_completed},
-    {"Wait for an op to complete", "seed 2, 3", wait_for_one_op},
-    {"One event tied to several ops", "seed 2", one_event_several_ops},
-    {"Synchronize several ops: wait_all", "seed 8", wait_all_events},
-    {"Analyse an op's performance: time_elapsed", "seed 7", analyse_performance},
-    {"Check for completion: poll", "seed 4", poll_loop},
-    {"Reset an event", "seed 5", reset_event},
-    {"Attributes: completed and device", "seed 6", attributes},
-    {"matmul is asynchronous", "seed 9", matmul_is_asynchronous},
-    {"Device-wide synchronize", "seed 10", device_synchronize},
-    {"Completion callback and a waiting thread", "seed 11", completion_callback},
-    {"A custom event class with set() and wait()", "seed 12", custom_event},
-    {"Waiting with a timeout: wait_for", "beyond the seed", timeouts},
-    {"Wait for the first of several: wait_any", "beyond the seed", wait_any_event},
-    {"A UserEvent gates a stream", "beyond the seed", user_event_gate},
-    {"Two streams overlap, joined by events", "beyond the seed", two_streams},
+    {"A new event is not completed", "tutorial point 1", new_event_is_not_completed},
+    {"Wait for an op to complete", "tutorial points 2, 3", wait_for_one_op},
+    {"One event tied to several ops", "tutorial point 2", one_event_several_ops},
+    {"Synchronize several ops: wait_all", "tutorial point 8", wait_all_events},
+    {"Analyse an op's performance: time_elapsed", "tutorial point 7", analyse_performance},
+    {"Check for completion: poll", "tutorial point 4", poll_loop},
+    {"Reset an event", "tutorial point 5", reset_event},
+    {"Attributes: completed and device", "tutorial point 6", attributes},
+    {"matmul is asynchronous", "tutorial point 9", matmul_is_asynchronous},
+    {"Device-wide synchronize", "tutorial point 10", device_synchronize},
+    {"Completion callback and a waiting thread", "tutorial point 11", completion_callback},
+    {"A custom event class with set() and wait()", "tutorial point 12", custom_event},
+    {"Waiting with a timeout: wait_for", "beyond the tutorial", timeouts},
+    {"Wait for the first of several: wait_any", "beyond the tutorial", wait_any_event},
+    {"A UserEvent gates a stream", "beyond the tutorial", user_event_gate},
+    {"Two streams overlap, joined by events", "beyond the tutorial", two_streams},
 };
 
 // What went wrong, with the cause of an OpError.
@@ -839,7 +839,7 @@ int run_demo(const DemoOptions& options) {
   std::string name = ev::device_info(device).name;
   std::printf("eventide %s demo on %s%s\n", std::string(ev::version()).c_str(),
               device.str().c_str(), name == device.str() ? "" : (" (" + name + ")").c_str());
-  std::printf("The scenarios of the seed tutorial, then what eventide adds; times in µs.\n");
+  std::printf("The scenarios of the torch.mps.Event tutorial (docs/TUTORIAL.md), then what eventide adds; times in µs.\n");
   DemoProfile profile(options);
 
   std::vector<int> failed;

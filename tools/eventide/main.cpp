@@ -1,5 +1,5 @@
-// The `eventide` program: `eventide demo` runs the seed tutorial's scenarios for real,
-// `eventide bench` measures eventide beside its anchors, `eventide info` lists devices.
+// The `eventide` program: `eventide demo` runs the torch.mps.Event tutorial's scenarios for
+// real, `eventide bench` measures eventide beside its anchors, `eventide info` lists devices.
 // Arguments are parsed by CLI11; this file maps its outcomes to the exit statuses of cli.hpp
 // (help and version: 0; any usage error: 2, with the usage of the command concerned).
 #include <CLI/CLI.hpp>
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
   std::optional<std::string> demo_device;
   cli::DemoOptions demo_options;
   CLI::App* demo = app.add_subcommand(
-      "demo", "run every scenario of the seed tutorial (events, waiting, polling, timing, "
+      "demo", "run every scenario of the torch.mps.Event tutorial (events, waiting, polling, timing, "
               "callbacks, streams) and print what happened");
   demo->add_option("--device", demo_device, kDeviceHelp)->check(device_spelling());
   demo->add_option("--trace", demo_options.trace_path,

@@ -2,7 +2,7 @@
 //
 // A pair of CUDA events around a kernel reads the time from when the GPU reached the first
 // event to when it reached the second: when the stream was idle, that includes the host's
-// launch of the kernel (about 6 µs too long on an H200 for a 10 µs kernel, ANCHORS.md).
+// launch of the kernel (about 6 µs too long on an H200 for a 10 µs kernel).
 // CUPTI's activity records carry each kernel's, copy's and memset's own start and end on the
 // GPU, and the correlation id of the call that launched it. While an op is launched (Scope),
 // CUPTI's callback on the launching calls (cuLaunchKernel, cuMemcpyAsync, ...; no other call

@@ -1,6 +1,6 @@
-"""The seed tutorial's snippets, translated from ``torch.mps.*`` to eventide, and its 12 points.
+"""The torch.mps.Event tutorial's scenarios in eventide, one test per point (docs/TUTORIAL.md).
 
-Each test quotes the seed's own lines as closely as eventide allows.
+Each test follows the tutorial's usage as closely as eventide's API allows.
 """
 
 from __future__ import annotations
