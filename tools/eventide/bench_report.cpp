@@ -363,7 +363,8 @@ std::string panel(const std::string& heading, const std::vector<const Figure*>& 
     for (std::size_t i = 0; i < bars.size(); ++i) {
       const Bar& b = *bars[i];
       const bool ours = i == 0;
-      const double x1 = scale.x(b.value);
+      // The bar is at least a pixel long, so that a value at the axis' start shows.
+      const double x1 = kBarLeft + std::max(1.0, scale.x(b.value) - kBarLeft);
       const double by = y + (kRow - kBarHeight) / 2;
       // The text is the table's (bench::markdown_table): "p50 / p99", then the ratio.
       std::string value = bench::format_value(unit, b.value);
@@ -382,14 +383,14 @@ std::string panel(const std::string& heading, const std::vector<const Figure*>& 
            "\" y=\"" + num(y + 13) + "\">" + xml_escape(clip(b.label, 56)) + "</text>\n";
       s += "<rect class=\"bar\" data-stat=\"" + std::string(b.p99 ? "p50" : "value") + "\"" + data +
            " data-value=\"" + std::to_string(b.value) + "\" x=\"" + num(kBarLeft) + "\" y=\"" + num(by) +
-           "\" width=\"" + num(std::max(1.0, x1 - kBarLeft)) + "\" height=\"" + num(kBarHeight) +
+           "\" width=\"" + num(x1 - kBarLeft) + "\" height=\"" + num(kBarHeight) +
            "\" fill=\"" +
            (ours ? std::string("#1f6fb2") : std::string(kAnchorColors[std::min<std::size_t>(i - 1, 2)])) +
            "\"><title>" + xml_escape(tip) + "</title></rect>\n";
       double text_x = x1;
       if (b.p99) {
         // The p99: a whisker from the bar's end (the p50) to a cap at the p99.
-        const double x99 = scale.x(*b.p99);
+        const double x99 = std::max(x1, scale.x(*b.p99));
         const double mid = by + kBarHeight / 2;
         s += "<path class=\"p99\" data-stat=\"p99\"" + data + " data-value=\"" +
              std::to_string(*b.p99) + "\" d=\"M" + num(x1) + "," + num(mid) + " H" + num(x99) + " M" +
