@@ -302,9 +302,10 @@ std::vector<Benchmark> suite_for(const SuiteOptions& options) {
 }
 
 std::string markdown_table(const std::vector<Figure>& figures) {
-  auto value_text = [](Unit unit, const Bar& b, bool p99) {
+  // A bar with a p99 reads "p50 / p99", as the chart draws it (a bar and a whisker).
+  auto value_text = [](Unit unit, const Bar& b) {
     std::string s = format_value(unit, b.value);
-    if (p99 && b.p99) s += " / " + format_value(unit, *b.p99);
+    if (b.p99) s += " / " + format_value(unit, *b.p99);
     return s;
   };
   std::string out =
@@ -314,7 +315,7 @@ std::string markdown_table(const std::vector<Figure>& figures) {
   for (const Figure& f : figures) {
     std::string figure = f.title;
     if (!f.note.empty()) figure += " (" + f.note + ")";
-    std::string ours = value_text(f.unit, f.ours, f.show_p99);
+    std::string ours = value_text(f.unit, f.ours);
     if (f.ratio) {
       char buf[32];
       std::snprintf(buf, sizeof buf, " (%.1f%%)", 100 * *f.ratio);
@@ -322,7 +323,7 @@ std::string markdown_table(const std::vector<Figure>& figures) {
     }
     std::string anchors;
     for (const Bar& a : f.anchors) {
-      anchors += (anchors.empty() ? "" : " · ") + a.label + " " + value_text(f.unit, a, f.show_p99);
+      anchors += (anchors.empty() ? "" : " · ") + a.label + " " + value_text(f.unit, a);
     }
     if (anchors.empty()) anchors = "-";
     const char* verdict = !f.met ? "-" : (*f.met ? "yes" : "**no**");

@@ -40,7 +40,8 @@ struct Figure {
   std::string name;   // the benchmark's name
   std::string title;  // "`Event::poll()` of a finished event" (Markdown)
   Unit unit = Unit::ns;
-  bool show_p99 = false;       // the table prints "p50 / p99"
+  bool show_p99 = false;       // the title names "p50 / p99" (the table and chart show a
+                               // bar's p99 wherever it has one)
   Bar ours;
   std::vector<Bar> anchors;    // the first is the anchor the goal is read against
   std::string goal;            // "≤ 20 ns", "≥ 95% of cblas_sgemm", "-"
@@ -82,7 +83,7 @@ Figure time_figure(std::string name, std::string title, Bar ours, std::vector<Ba
                    bool show_p99);
 
 // figure | eventide | anchor | goal | met? (Markdown), one row per figure, then a line saying
-// how many goals were met.
+// how many goals were met. A bar with a p99 reads "p50 / p99".
 std::string markdown_table(const std::vector<Figure>& figures);
 
 }  // namespace eventide::bench

@@ -115,8 +115,9 @@ class Profile {
   // throw Error naming the path if the file cannot be written.
   std::string chrome_trace() const;
   void export_chrome_trace(const std::string& path) const;
-  // A self-contained HTML page with an SVG timeline: streams as rows, ops as bars with their
-  // microseconds, arrows for waits; hovering a bar shows its details.
+  // A self-contained HTML page with the timeline drawn on a canvas by the page's own script:
+  // streams as rows, ops as bars, arrows for waits, all times in one unit (µs, or ms for a
+  // profile over 10 ms); the wheel zooms, a drag pans, hovering a bar shows its details.
   std::string timeline_html() const;
   void export_timeline(const std::string& path) const;
 

@@ -91,7 +91,7 @@ void bind_profiler(py::module_& m) {
            },
            "path"_a, "Write the Chrome trace (JSON) to `path`.")
       .def("timeline_html", &Profile::timeline_html, py::call_guard<py::gil_scoped_release>(),
-           "A self-contained HTML page with the timeline as SVG.")
+           "A self-contained HTML page with the timeline (a canvas drawn by its own script: zoom, pan, tooltips).")
       .def("export_timeline",
            [](const Profile& p, const py::object& path) {
              std::string where = to_path(path);

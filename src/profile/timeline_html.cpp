@@ -1,22 +1,44 @@
 // Profile::timeline_html: one self-contained page (no script, font or style from elsewhere)
-// with the profile drawn as an SVG timeline.
+// with the profile drawn on a canvas by a small script of its own, zoomable and pannable.
 //
-//   rows     a row per stream (grouped by device), then a row per host thread that waited
-//            and per callback thread;
-//   bars     ops at their times (class "op", a colour per op name, the microseconds written
-//            on them where they fit), waits hatched (class "wait"), host waits and callbacks
-//            (classes "hostwait", "callback"); each has a <title> (the browser shows it on
-//            hover) and data- attributes with its figures;
-//   arrows   from an op's end to what waited for it (a wait or op of another stream, a host
-//            wait that saw it end, a callback), with arrowheads;
-//   axis     above and below, in µs, ms or s, from the first thing drawn to the last.
+// The page holds the profile as compact data, not as one element per op (a page of 10,000
+// ops stays well under a megabyte and its bars stay apart when zoomed in):
 //
-// Everything is laid out here, in C++, so the page needs nothing to run; its little CSS
-// only styles.
+//   <script type="application/json" id="eventide-timeline-data"> {
+//     "unit": "µs" | "ms", "ns_per_unit": 1000 | 1000000,   one unit for the whole page
+//     "t0", "t1":  the range drawn at first, ns from the profile's start
+//     "texts":     a table of strings (labels, stream names, details, errors), by index
+//     "colours":   the bars' fills, by index (-1 in a bar: the hatched wait pattern)
+//     "kinds":     the bar kinds, by index: op, wait, hostwait, callback
+//     "lanes":     [{"kind": "stream" | "host", "key", "title", "sub", "group"}], top to bottom
+//     "bars":      [lane, kind, colour, label, start_ns, dur_ns, id, seq, detail, error, flags]
+//                  (label, detail, error: indices into texts, -1 for none; flags: kFailed...)
+//     "arrows":    [from bar, to bar, enters at its end (0/1), to the host (0/1)]
+//   }
+//
+// A lane is a row of bars; its kind says what it holds. A lane of a new kind (user ranges,
+// say) is a new entry in "lanes" with its bars in "bars" under a new entry of "kinds": the
+// script draws any lane and any bar kind the same way, a bar in its colour (or hatched).
+//
+//   rows     a lane per stream (grouped by device), then one per host thread that waited and
+//            per callback thread;
+//   bars     ops at their times (a colour per op name, the name and duration written on them
+//            where they fit), waits hatched, host waits and callbacks; bars narrower than a
+//            pixel are drawn merged into one per pixel run (the tooltip says how many);
+//   arrows   from an op's end to what waited for it, with arrowheads;
+//   axis     above and below, in the page's unit, re-labelled as the view zooms and pans;
+//   tooltip  on hover, every figure of the bar, in the page's unit.
+//
+// Zoom: the mouse wheel (around the pointer), the + and − buttons or keys; pan: drag, or the
+// arrow keys; "whole profile" resets. `window.eventideTimeline` lets a test or a console drive
+// the view (view, set_view, zoom, pan, reset) and read what was drawn (stats).
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "eventide/runtime.hpp"
@@ -29,23 +51,22 @@ namespace {
 using profile::format_fixed;
 using profile::Layout;
 
-// Geometry, in the SVG's user units (CSS pixels at the page's natural width).
-constexpr double kWidth = 1360;
-constexpr double kLabelWidth = 200;
-constexpr double kRightMargin = 28;
-constexpr double kPlotWidth = kWidth - kLabelWidth - kRightMargin;
-constexpr double kAxisHeight = 30;
-constexpr double kRowHeight = 36;
-constexpr double kBarHeight = 22;
-constexpr double kGroupGap = 10;
-constexpr double kMinBarWidth = 2;
-constexpr double kCharWidth = 6.4;  // of the 11 px label font, on average
+// Bar flags, as the script reads them.
+constexpr int kFailed = 1;
+constexpr int kInferred = 2;
+constexpr int kTimedOut = 4;
+constexpr int kMarker = 8;
+
+// The page's unit: µs for a profile drawn over less than this, ms beyond.
+constexpr double kMicrosecondsUpToNs = 10e6;
 
 // Distinct, colour-blind-friendly colours (Tableau 10 and two more); names beyond them get
 // golden-angle hues.
 constexpr std::array<const char*, 12> kPalette = {
     "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
     "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#8cd17d"};
+constexpr const char* kHostWaitColour = "#aab4c0";
+constexpr const char* kCallbackColour = "#5b5f97";
 
 std::string escape(const std::string& s) {
   std::string out;
@@ -63,13 +84,29 @@ std::string escape(const std::string& s) {
   return out;
 }
 
-std::string num(double v) { return format_fixed(v, 1); }
-
-// "512.3 µs", "3.25 µs", "1523 µs".
-std::string duration_text(double us) {
-  if (us < 10) return format_fixed(us, 2) + " µs";
-  if (us < 1000) return format_fixed(us, 1) + " µs";
-  return format_fixed(us, 0) + " µs";
+// A JSON string that is also safe inside a <script> element (no "</script>", no "<!--").
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '<': out += "\\u003c"; break;
+      case '>': out += "\\u003e"; break;
+      case '&': out += "\\u0026"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
 }
 
 std::string hsl_hex(double h, double s, double l) {
@@ -84,26 +121,303 @@ std::string hsl_hex(double h, double s, double l) {
   return buf;
 }
 
-// Light bars get dark text, dark bars white.
-bool is_light(const std::string& hex) {
-  int r = std::stoi(hex.substr(1, 2), nullptr, 16);
-  int g = std::stoi(hex.substr(3, 2), nullptr, 16);
-  int b = std::stoi(hex.substr(5, 2), nullptr, 16);
-  return 0.299 * r + 0.587 * g + 0.114 * b > 150;
-}
+// The script that draws the page from its data. Written for this page; it needs nothing else.
+constexpr const char* kScript = R"JS(
+(function () {
+  'use strict';
+  var D = JSON.parse(document.getElementById('eventide-timeline-data').textContent);
+  var LABEL_W = 200, AXIS_H = 30, ROW_H = 36, BAR_H = 22, GAP = 10, RIGHT = 28;
+  var MIN_SPAN_NS = 20, MAX_ARROWS = 3000;
+  var unit = D.unit, per = D.ns_per_unit;
+  var host = document.getElementById('timeline');
+  var canvas = document.getElementById('timeline-canvas');
+  var tip = document.getElementById('timeline-tip');
+  var readout = document.getElementById('timeline-range');
+  var ctx = canvas.getContext('2d');
 
-struct Row {
-  std::string key;    // data-stream / data-thread
-  std::string title;  // big label
-  std::string sub;    // small label under it
-  std::string kind;   // "stream", "host"
-  double y = 0;       // top
-};
+  // Lanes: their tops, a gap between groups.
+  var y = AXIS_H + 6, lanes = D.lanes;
+  for (var i = 0; i < lanes.length; i++) {
+    if (i > 0 && lanes[i].group !== lanes[i - 1].group) y += GAP;
+    lanes[i].y = y;
+    lanes[i].bars = [];
+    y += ROW_H;
+  }
+  var height = y + 4 + AXIS_H;
+  var bars = D.bars.map(function (b, i) {
+    return {i: i, lane: b[0], kind: D.kinds[b[1]], colour: b[2], label: b[3] < 0 ? '' : D.texts[b[3]],
+            start: b[4], dur: b[5], id: b[6], seq: b[7], detail: b[8] < 0 ? '' : D.texts[b[8]],
+            error: b[9] < 0 ? '' : D.texts[b[9]], flags: b[10]};
+  });
+  bars.forEach(function (b) { lanes[b.lane].bars.push(b); });
+  lanes.forEach(function (l) { l.bars.sort(function (a, b) { return a.start - b.start; }); });
 
-struct Box {  // a drawn bar, for the arrows
-  std::size_t row = 0;
-  double x0 = 0, x1 = 0;
-};
+  var full = {a: D.t0, b: Math.max(D.t1, D.t0 + MIN_SPAN_NS)};
+  var view = {a: full.a, b: full.b};
+  var width = 0, plotW = 0, drawn = [], stats = {};
+
+  function fmt(ns) {
+    var v = ns / per, a = Math.abs(v);
+    var d = a >= 1000 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3;
+    return v.toFixed(d);
+  }
+  function withUnit(ns) { return fmt(ns) + ' ' + unit; }
+  function x(ns) { return LABEL_W + (ns - view.a) / (view.b - view.a) * plotW; }
+  function t(px) { return view.a + (px - LABEL_W) / plotW * (view.b - view.a); }
+
+  var hatch = (function () {
+    var c = document.createElement('canvas');
+    c.width = c.height = 6;
+    var g = c.getContext('2d');
+    g.fillStyle = '#e4e7eb'; g.fillRect(0, 0, 6, 6);
+    g.strokeStyle = '#9aa5b1'; g.lineWidth = 2;
+    g.beginPath(); g.moveTo(-1, 7); g.lineTo(7, -1); g.moveTo(-1, 1); g.lineTo(1, -1);
+    g.moveTo(5, 7); g.lineTo(7, 5); g.stroke();
+    return ctx.createPattern(c, 'repeat');
+  })();
+  function fill(b) { return b.colour < 0 ? hatch : D.colours[b.colour]; }
+  function light(hex) {
+    if (typeof hex !== 'string') return true;
+    var r = parseInt(hex.substr(1, 2), 16), g = parseInt(hex.substr(3, 2), 16), bl = parseInt(hex.substr(5, 2), 16);
+    return 0.299 * r + 0.587 * g + 0.114 * bl > 150;
+  }
+
+  // Ticks of 1, 2 or 5 times a power of ten, about eight over the view.
+  function ticks() {
+    var raw = (view.b - view.a) / 8, m = Math.pow(10, Math.floor(Math.log10(raw))), r = raw / m;
+    var step = m * (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10);
+    var out = [];
+    for (var v = Math.ceil(view.a / step) * step; v <= view.b + step * 1e-9; v += step) out.push(v);
+    var digits = Math.max(0, -Math.floor(Math.log10(step / per) + 1e-9));
+    return out.map(function (v) { return {ns: v, text: (v / per).toFixed(digits) + ' ' + unit}; });
+  }
+
+  function resize() {
+    width = Math.max(600, Math.floor(host.clientWidth));
+    plotW = width - LABEL_W - RIGHT;
+    var dpr = window.devicePixelRatio || 1;
+    canvas.style.width = width + 'px';
+    canvas.style.height = height + 'px';
+    canvas.width = Math.round(width * dpr);
+    canvas.height = Math.round(height * dpr);
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    draw();
+  }
+
+  function draw() {
+    ctx.clearRect(0, 0, width, height);
+    ctx.font = '11px system-ui, sans-serif';
+    ctx.textBaseline = 'alphabetic';
+    lanes.forEach(function (l, i) {
+      ctx.fillStyle = i % 2 ? '#ffffff' : '#f4f6f8';
+      ctx.fillRect(0, l.y, width, ROW_H);
+      ctx.fillStyle = '#1f2933'; ctx.font = '600 13px system-ui, sans-serif'; ctx.textAlign = 'left';
+      ctx.fillText(l.title, 14, l.y + 16, LABEL_W - 20);
+      ctx.fillStyle = '#7b8794'; ctx.font = '11px system-ui, sans-serif';
+      ctx.fillText(l.sub, 14, l.y + 29, LABEL_W - 20);
+    });
+    var bottom = height - AXIS_H;
+    var tk = ticks();
+    ctx.textAlign = 'center';
+    tk.forEach(function (k) {
+      var px = Math.round(x(k.ns)) + 0.5;
+      ctx.strokeStyle = '#e4e7eb'; ctx.lineWidth = 1;
+      ctx.beginPath(); ctx.moveTo(px, AXIS_H - 4); ctx.lineTo(px, bottom + 4); ctx.stroke();
+      ctx.fillStyle = '#616e7c';
+      ctx.fillText(k.text, px, AXIS_H - 10);
+      ctx.fillText(k.text, px, bottom + 18);
+    });
+    ctx.strokeStyle = '#cbd2d9';
+    ctx.beginPath(); ctx.moveTo(LABEL_W - 0.5, AXIS_H); ctx.lineTo(LABEL_W - 0.5, bottom); ctx.stroke();
+
+    ctx.save();
+    ctx.beginPath(); ctx.rect(LABEL_W, 0, plotW + RIGHT, height); ctx.clip();
+    drawn = [];
+    var shown = 0, merged = 0, runs = 0, where = new Map();
+    lanes.forEach(function (l) {
+      var by = l.y + (ROW_H - BAR_H) / 2, run = null;
+      function flush() {
+        if (!run) return;
+        ctx.fillStyle = fill(run.best);
+        ctx.fillRect(run.x0, by, Math.max(1, run.x1 - run.x0), BAR_H);
+        drawn.push({x0: run.x0, x1: Math.max(run.x0 + 1, run.x1), lane: l, bars: run.bars});
+        run.bars.forEach(function (b) { where.set(b.i, {x0: run.x0, x1: Math.max(run.x0 + 1, run.x1), lane: l}); });
+        if (run.bars.length > 1) { merged += run.bars.length; runs++; }
+        run = null;
+      }
+      l.bars.forEach(function (b) {
+        if (b.start > view.b || b.start + b.dur < view.a) return;
+        shown++;
+        var x0 = x(b.start), x1 = x(b.start + b.dur);
+        if (x1 - x0 < 1 && !(b.flags & 8)) {
+          // Narrower than a pixel: merged with its neighbours into one mark per run.
+          if (run && x0 <= run.x1 + 1) {
+            run.x1 = Math.max(run.x1, x1);
+            run.bars.push(b);
+            if (b.dur > run.best.dur) run.best = b;
+          } else {
+            flush();
+            run = {x0: x0, x1: x1, bars: [b], best: b};
+          }
+          return;
+        }
+        flush();
+        if (b.flags & 8) { x1 = x0 + 2; }
+        var w = x1 - x0;
+        ctx.fillStyle = fill(b);
+        ctx.fillRect(x0, by, w, BAR_H);
+        ctx.lineWidth = b.flags & 1 ? 2 : 0.5;
+        ctx.strokeStyle = b.flags & 1 ? '#b3261e' : 'rgba(0,0,0,.25)';
+        if (w > 3) ctx.strokeRect(x0, by, w, BAR_H);
+        drawn.push({x0: x0, x1: x1, lane: l, bars: [b]});
+        where.set(b.i, {x0: x0, x1: x1, lane: l});
+        var dur = withUnit(b.dur), text = '';
+        var vx0 = Math.max(x0, LABEL_W), vx1 = Math.min(x1, LABEL_W + plotW), room = vx1 - vx0;
+        if (b.label && ctx.measureText(b.label + ' ' + dur).width + 10 <= room) text = b.label + ' ' + dur;
+        else if (ctx.measureText(dur).width + 8 <= room) text = dur;
+        if (text) {
+          ctx.fillStyle = light(fill(b)) ? '#1f2933' : '#ffffff';
+          ctx.fillText(text, (vx0 + vx1) / 2, by + BAR_H / 2 + 4);
+        }
+      });
+      flush();
+    });
+    var arrows = 0;
+    var wanted = D.arrows.filter(function (a) { return where.has(a[0]) || where.has(a[1]); });
+    if (wanted.length <= MAX_ARROWS) {
+      ctx.lineWidth = 1.2;
+      wanted.forEach(function (a) {
+        var from = where.get(a[0]) || box(a[0]), to = where.get(a[1]) || box(a[1]);
+        arrow(from, to, a[2], a[3]);
+        arrows++;
+      });
+    }
+    ctx.restore();
+    stats = {bars: bars.length, shown: shown, marks: drawn.length, merged: merged, merged_runs: runs,
+             arrows: arrows, arrows_hidden: wanted.length - arrows, ticks: tk.map(function (k) { return k.text; }),
+             unit: unit, view: api.view(), width: width, height: height};
+    readout.textContent = 'showing ' + withUnit(view.a) + ' to ' + withUnit(view.b) + ' (' + withUnit(view.b - view.a) +
+        ') of ' + withUnit(full.a) + ' to ' + withUnit(full.b) +
+        (merged ? ' · ' + merged + ' bars narrower than a pixel drawn merged' : '') +
+        (wanted.length > arrows ? ' · arrows hidden: zoom in to see them' : '');
+    document.body.dataset.drawn = String(drawn.length);
+  }
+
+  // Where a bar would be drawn (for an arrow whose other end is off the view).
+  function box(i) {
+    var b = bars[i];
+    return {x0: x(b.start), x1: x(b.start + b.dur), lane: lanes[b.lane]};
+  }
+
+  function arrow(a, b, atEnd, toHost) {
+    var x1 = a.x1, x2 = atEnd ? b.x1 : b.x0;
+    var down = b.lane.y >= a.lane.y;
+    var y1 = a.lane.y + (ROW_H - BAR_H) / 2 + (down ? BAR_H : 0);
+    var y2 = b.lane.y + (ROW_H - BAR_H) / 2 + (down ? 0 : BAR_H);
+    var bend = Math.max(8, Math.abs(y2 - y1) / 2);
+    ctx.strokeStyle = 'rgba(61,71,82,.75)';
+    ctx.setLineDash(toHost ? [3, 2] : []);
+    ctx.beginPath(); ctx.moveTo(x1, y1);
+    ctx.bezierCurveTo(x1, y1 + (down ? bend : -bend), x2, y2 + (down ? -bend : bend), x2, y2);
+    ctx.stroke();
+    ctx.setLineDash([]);
+    var s = down ? -1 : 1;
+    ctx.fillStyle = '#3d4752';
+    ctx.beginPath(); ctx.moveTo(x2, y2); ctx.lineTo(x2 - 3.5, y2 + 7 * s); ctx.lineTo(x2 + 3.5, y2 + 7 * s);
+    ctx.closePath(); ctx.fill();
+  }
+
+  function clampView(a, b) {
+    var span = Math.min(Math.max(b - a, MIN_SPAN_NS), full.b - full.a);
+    a = Math.max(full.a, Math.min(a, full.b - span));
+    view.a = a; view.b = a + span;
+    draw();
+  }
+
+  var api = {
+    unit: unit,
+    view: function () { return {start: view.a / per, end: view.b / per}; },
+    full: function () { return {start: full.a / per, end: full.b / per}; },
+    set_view: function (start, end) { clampView(start * per, end * per); return api.view(); },
+    zoom: function (factor, at) {
+      var c = at === undefined ? (view.a + view.b) / 2 : at * per;
+      clampView(c - (c - view.a) / factor, c + (view.b - c) / factor);
+      return api.view();
+    },
+    pan: function (by) { clampView(view.a + by * per, view.b + by * per); return api.view(); },
+    reset: function () { clampView(full.a, full.b); return api.view(); },
+    stats: function () { return stats; }
+  };
+  window.eventideTimeline = api;
+
+  function plotX(ev) { var r = canvas.getBoundingClientRect(); return {x: ev.clientX - r.left, y: ev.clientY - r.top}; }
+  canvas.addEventListener('wheel', function (ev) {
+    var p = plotX(ev);
+    if (p.x < LABEL_W) return;
+    ev.preventDefault();
+    var f = Math.exp(-ev.deltaY * (ev.deltaMode === 1 ? 0.05 : 0.002));
+    api.zoom(f, t(p.x) / per);
+  }, {passive: false});
+  var drag = null;
+  canvas.addEventListener('mousedown', function (ev) {
+    var p = plotX(ev);
+    if (p.x >= LABEL_W) { drag = {x: p.x, a: view.a, b: view.b}; canvas.classList.add('dragging'); }
+  });
+  window.addEventListener('mouseup', function () { drag = null; canvas.classList.remove('dragging'); });
+  window.addEventListener('mousemove', function (ev) {
+    if (drag) {
+      var dt = (plotX(ev).x - drag.x) / plotW * (drag.b - drag.a);
+      clampView(drag.a - dt, drag.b - dt);
+      tip.hidden = true;
+      return;
+    }
+    if (ev.target === canvas) hover(plotX(ev), ev); else tip.hidden = true;
+  });
+  canvas.addEventListener('mouseleave', function () { tip.hidden = true; });
+
+  function hover(p, ev) {
+    var hit = null;
+    for (var i = 0; i < drawn.length; i++) {
+      var d = drawn[i], by = d.lane.y + (ROW_H - BAR_H) / 2;
+      if (p.y >= by && p.y <= by + BAR_H && p.x >= d.x0 - 1 && p.x <= d.x1 + 1) { hit = d; break; }
+    }
+    if (!hit) { tip.hidden = true; return; }
+    var lines;
+    if (hit.bars.length > 1) {
+      var first = hit.bars[0], last = hit.bars[hit.bars.length - 1];
+      lines = [hit.bars.length + ' bars narrower than a pixel, merged (zoom in to see them)',
+               'from ' + withUnit(first.start) + ' to ' + withUnit(last.start + last.dur)];
+    } else {
+      var b = hit.bars[0];
+      var what = b.kind === 'op' || b.kind === 'wait' ? b.label + '  #' + b.seq + ' on ' + hit.lane.key : b.label;
+      lines = [what];
+      if (b.detail) lines.push(b.detail);
+      lines.push('start ' + withUnit(b.start) + ', ' + (b.kind === 'op' || b.kind === 'callback' ? 'duration ' : 'waited ') +
+                 withUnit(b.dur) + (b.flags & 4 ? ' (timed out)' : ''));
+      if (b.flags & 2) lines.push('placed by what it waited for: no device time of its own');
+      if (b.error) lines.push('error: ' + b.error);
+    }
+    tip.textContent = lines.join('\n');
+    tip.hidden = false;
+    var r = host.getBoundingClientRect();
+    tip.style.left = Math.min(ev.clientX - r.left + 12, r.width - 320) + 'px';
+    tip.style.top = (ev.clientY - r.top + 14) + 'px';
+  }
+
+  document.getElementById('zoom-in').onclick = function () { api.zoom(2); };
+  document.getElementById('zoom-out').onclick = function () { api.zoom(0.5); };
+  document.getElementById('zoom-reset').onclick = function () { api.reset(); };
+  document.addEventListener('keydown', function (ev) {
+    if (ev.key === '+' || ev.key === '=') api.zoom(2);
+    else if (ev.key === '-') api.zoom(0.5);
+    else if (ev.key === '0') api.reset();
+    else if (ev.key === 'ArrowLeft') api.pan(-(view.b - view.a) / 4 / per);
+    else if (ev.key === 'ArrowRight') api.pan((view.b - view.a) / 4 / per);
+  });
+  window.addEventListener('resize', resize);
+  resize();
+})();
+)JS";
 
 class PageWriter {
  public:
@@ -111,10 +425,9 @@ class PageWriter {
 
   std::string write() {
     assign_colours();
-    place_rows();
     find_range();
-    std::string svg = draw();
-    return page(svg);
+    std::string data = data_json();
+    return page(data);
   }
 
  private:
@@ -128,249 +441,160 @@ class PageWriter {
     }
   }
 
-  void place_rows() {
-    double y = kAxisHeight + 6;
-    std::optional<Device> device;
-    for (const profile::StreamTrack& st : layout_.streams) {
-      if (device && *device != st.device) y += kGroupGap;
-      device = st.device;
-      rows_.push_back(Row{st.stream, profile::short_stream_name(st), st.device.str(), "stream", y});
-      y += kRowHeight;
-    }
-    std::map<std::string, std::size_t> host;
-    auto host_row = [&](const std::string& key, const std::string& title, const std::string& sub) {
-      auto [it, added] = host.try_emplace(key, rows_.size());
-      if (added) {
-        if (it->second == stream_rows_end()) y += kGroupGap;
-        rows_.push_back(Row{key, title, sub, "host", y});
-        y += kRowHeight;
-      }
-      return it->second;
-    };
-    stream_rows_ = rows_.size();
-    for (const ProfiledHostWait& h : p_.host_waits()) {
-      host_wait_rows_.push_back(host_row("host waits " + h.thread, h.thread, "host waits"));
-    }
-    for (const ProfiledCallback& c : p_.callbacks()) {
-      std::string device = c.thread.rfind("callbacks ", 0) == 0 ? c.thread.substr(10) : c.thread;
-      callback_rows_.push_back(host_row(c.thread, "callbacks", device));
-    }
-    height_ = y + 4 + kAxisHeight;
-  }
-
-  std::size_t stream_rows_end() const { return stream_rows_; }
-
+  // The range drawn at first (ns), and the page's unit from its span.
   void find_range() {
-    double lo = INFINITY, hi = -INFINITY;
-    auto take = [&](double a, double b) {
+    std::int64_t lo = INT64_MAX, hi = INT64_MIN;
+    auto take = [&](std::int64_t a, std::int64_t b) {
       lo = std::min(lo, a);
       hi = std::max(hi, b);
     };
     for (const auto& s : layout_.spans) {
-      if (s) take(s->start_ns / 1000.0, s->end_ns / 1000.0);
+      if (s) take(s->start_ns, s->end_ns);
     }
-    for (const ProfiledHostWait& h : p_.host_waits()) take(h.start_us, h.end_us);
-    for (const ProfiledCallback& c : p_.callbacks()) take(c.start_us, c.end_us);
-    if (!(lo <= hi)) {
+    for (const ProfiledHostWait& h : p_.host_waits()) take(profile::to_ns(h.start_us), profile::to_ns(h.end_us));
+    for (const ProfiledCallback& c : p_.callbacks()) take(profile::to_ns(c.start_us), profile::to_ns(c.end_us));
+    if (lo > hi) {
       lo = 0;
-      hi = std::max(p_.duration_us(), 1.0);
+      hi = std::max<std::int64_t>(profile::to_ns(p_.duration_us()), 1000);
     }
-    if (hi - lo < 1) hi = lo + 1;
-    // Ticks of 1, 2 or 5 times a power of ten, about eight of them; the range snapped to them.
-    const double raw = (hi - lo) / 8;
-    const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-    step_ = magnitude * (raw / magnitude < 1.5 ? 1 : raw / magnitude < 3.5 ? 2 : raw / magnitude < 7.5 ? 5 : 10);
-    t0_ = std::floor(lo / step_) * step_;
-    t1_ = std::max(t0_ + step_, hi);
+    if (hi - lo < 1000) hi = lo + 1000;
+    t0_ = lo;
+    t1_ = hi;
+    ms_ = static_cast<double>(hi - lo) >= kMicrosecondsUpToNs;
   }
 
-  double x(double us) const { return kLabelWidth + (us - t0_) / (t1_ - t0_) * kPlotWidth; }
+  double ns_per_unit() const { return ms_ ? 1e6 : 1e3; }
+  const char* unit() const { return ms_ ? "ms" : "µs"; }
 
-  std::string tick_label(double us) const {
-    if (step_ >= 1e6) return format_fixed(us / 1e6, step_ >= 1e7 ? 0 : 1) + " s";
-    if (step_ >= 1e3) return format_fixed(us / 1e3, step_ >= 1e4 ? 0 : 1) + " ms";
-    return format_fixed(us, step_ >= 1 ? 0 : step_ >= 0.1 ? 1 : 2) + " µs";
+  // A duration or time in the page's unit, as the script writes it ("12.5 µs", "0.004 ms").
+  std::string in_unit(double ns) const {
+    const double v = ns / ns_per_unit();
+    const double a = std::abs(v);
+    return format_fixed(v, a >= 1000 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3) + " " + unit();
   }
 
-  std::string draw() {
-    std::string s;
-    s += "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"timeline\" viewBox=\"0 0 " + num(kWidth) +
-         " " + num(height_) + "\" width=\"" + num(kWidth) + "\" height=\"" + num(height_) +
-         "\" role=\"img\" aria-label=\"timeline of " + std::to_string(p_.ops().size()) + " ops\">\n";
-    s += "<defs>\n"
-         "<marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"7\" "
-         "markerHeight=\"7\" orient=\"auto-start-reverse\"><path d=\"M0,0 L10,5 L0,10 z\" "
-         "fill=\"#3d4752\"/></marker>\n"
-         "<pattern id=\"hatch\" patternUnits=\"userSpaceOnUse\" width=\"6\" height=\"6\" "
-         "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#e4e7eb\"/>"
-         "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#9aa5b1\" stroke-width=\"2.5\"/></pattern>\n"
-         "<clipPath id=\"plot\"><rect x=\"" + num(kLabelWidth) + "\" y=\"0\" width=\"" +
-         num(kPlotWidth + kRightMargin) + "\" height=\"" + num(height_) + "\"/></clipPath>\n"
-         "</defs>\n";
-    draw_rows(s);
-    draw_axis(s);
-    s += "<g clip-path=\"url(#plot)\">\n";
-    draw_bars(s);
-    draw_arrows(s);
-    s += "</g>\n</svg>\n";
-    return s;
+  int text(const std::string& s) {
+    if (s.empty()) return -1;
+    auto [it, added] = text_index_.try_emplace(s, static_cast<int>(texts_.size()));
+    if (added) texts_.push_back(s);
+    return it->second;
   }
 
-  void draw_rows(std::string& s) {
-    s += "<g class=\"rows\">\n";
-    for (std::size_t i = 0; i < rows_.size(); ++i) {
-      const Row& r = rows_[i];
-      s += "<g class=\"row\" data-kind=\"" + r.kind + "\" data-" +
-           (r.kind == "stream" ? "stream" : "thread") + "=\"" + escape(r.key) + "\">";
-      s += "<rect class=\"band\" x=\"0\" y=\"" + num(r.y) + "\" width=\"" + num(kWidth) +
-           "\" height=\"" + num(kRowHeight) + "\" fill=\"" + (i % 2 ? "#ffffff" : "#f4f6f8") + "\"/>";
-      s += "<text class=\"row-title\" x=\"14\" y=\"" + num(r.y + 16) + "\">" + escape(r.title) + "</text>";
-      s += "<text class=\"row-sub\" x=\"14\" y=\"" + num(r.y + 29) + "\">" + escape(r.sub) + "</text>";
-      s += "</g>\n";
+  int colour(const std::string& hex) {
+    auto [it, added] = colour_index_.try_emplace(hex, static_cast<int>(colours_.size()));
+    if (added) colours_.push_back(hex);
+    return it->second;
+  }
+
+  struct Lane {
+    std::string kind, key, title, sub;
+    int group = 0;
+  };
+
+  std::string data_json() {
+    // Lanes: a stream's, grouped by device; then host threads' and callback threads'.
+    std::vector<Lane> lanes;
+    std::optional<Device> device;
+    int group = -1;
+    for (const profile::StreamTrack& st : layout_.streams) {
+      if (!device || *device != st.device) ++group;
+      device = st.device;
+      lanes.push_back(Lane{"stream", st.stream, profile::short_stream_name(st), st.device.str(), group});
     }
-    s += "<line class=\"divider\" x1=\"" + num(kLabelWidth - 0.5) + "\" y1=\"" + num(kAxisHeight) +
-         "\" x2=\"" + num(kLabelWidth - 0.5) + "\" y2=\"" + num(height_ - kAxisHeight) + "\"/>\n";
-    s += "</g>\n";
-  }
+    ++group;
+    std::map<std::string, std::size_t> host;
+    auto host_lane = [&](const std::string& key, const std::string& title, const std::string& sub) {
+      auto [it, added] = host.try_emplace(key, lanes.size());
+      if (added) lanes.push_back(Lane{"host", key, title, sub, group});
+      return it->second;
+    };
 
-  void draw_axis(std::string& s) {
-    s += "<g class=\"axis\">\n";
-    const double bottom = height_ - kAxisHeight;
-    for (double t = t0_; t <= t1_ + step_ * 1e-9; t += step_) {
-      const double px = x(t);
-      s += "<line class=\"grid\" x1=\"" + num(px) + "\" y1=\"" + num(kAxisHeight - 4) + "\" x2=\"" +
-           num(px) + "\" y2=\"" + num(bottom + 4) + "\"/>";
-      const std::string label = tick_label(t);
-      s += "<text class=\"tick\" x=\"" + num(px) + "\" y=\"" + num(kAxisHeight - 10) + "\">" + label + "</text>";
-      s += "<text class=\"tick\" x=\"" + num(px) + "\" y=\"" + num(bottom + 18) + "\">" + label + "</text>\n";
-    }
-    s += "</g>\n";
-  }
+    std::string bars;
+    std::size_t count = 0;
+    auto bar = [&](std::size_t lane, int kind, int fill, int label, std::int64_t start, std::int64_t end,
+                   std::uint64_t id, std::uint64_t seq, int detail, int error, int flags) {
+      bars += count ? ",\n[" : "[";
+      bars += std::to_string(lane) + "," + std::to_string(kind) + "," + std::to_string(fill) + "," +
+              std::to_string(label) + "," + std::to_string(start) + "," +
+              std::to_string(std::max<std::int64_t>(0, end - start)) + "," + std::to_string(id) + "," +
+              std::to_string(seq) + "," + std::to_string(detail) + "," + std::to_string(error) + "," +
+              std::to_string(flags) + "]";
+      return count++;
+    };
 
-  double bar_y(std::size_t row) const { return rows_[row].y + (kRowHeight - kBarHeight) / 2; }
-
-  // A bar: its rect with a <title>, and its label where it fits.
-  void bar(std::string& s, const char* cls, std::size_t row, double start_us, double end_us,
-           const std::string& fill, const std::string& title, const std::string& data,
-           const std::string& name, bool failed) {
-    double x0 = x(start_us);
-    double w = std::max(x(end_us) - x0, kMinBarWidth);
-    const double y = bar_y(row);
-    s += std::string("<rect class=\"") + cls + (failed ? " failed" : "") + "\" x=\"" + num(x0) +
-         "\" y=\"" + num(y) + "\" width=\"" + num(w) + "\" height=\"" + num(kBarHeight) +
-         "\" rx=\"3\" fill=\"" + fill + "\"" + data + "><title>" + escape(title) + "</title></rect>";
-    const std::string dur = duration_text(end_us - start_us);
-    std::string label;
-    if (!name.empty() && (name.size() + 1 + dur.size()) * kCharWidth + 10 <= w) {
-      label = name + " " + dur;
-    } else if (dur.size() * kCharWidth + 8 <= w) {
-      label = dur;
-    }
-    if (!label.empty()) {
-      const bool dark_text = fill.rfind("url(", 0) == 0 || is_light(fill);
-      s += "<text class=\"bar-label" + std::string(dark_text ? " dark" : "") + "\" x=\"" +
-           num(x0 + w / 2) + "\" y=\"" + num(y + kBarHeight / 2 + 4) + "\">" + escape(label) + "</text>";
-    }
-    s += "\n";
-    boxes_.push_back(Box{row, x0, x0 + w});
-  }
-
-  static std::string data_attr(const char* name, const std::string& value) {
-    return std::string(" data-") + name + "=\"" + escape(value) + "\"";
-  }
-
-  void draw_bars(std::string& s) {
     const auto& ops = p_.ops();
-    op_box_.assign(ops.size(), SIZE_MAX);
+    std::vector<std::size_t> op_bar(ops.size(), SIZE_MAX);
     for (std::size_t r = 0; r < layout_.streams.size(); ++r) {
       for (std::size_t i : layout_.streams[r].ops) {
         const ProfiledOp& op = ops[i];
         const auto& span = layout_.spans[i];
         if (!span) continue;
-        const double start = span->start_ns / 1000.0;
-        const double end = span->end_ns / 1000.0;
-        std::string title = op.name + "  #" + std::to_string(op.seq) + " on " + op.stream;
-        if (!op.detail.empty()) title += "\n" + op.detail;
-        title += "\nstart " + format_fixed(start, 1) + " µs, " +
-                 (op.is_wait ? "waited " : "duration ") + duration_text(end - start);
-        if (span->inferred) title += " (placed by what it waited for: no device time of its own)";
-        if (!op.error.empty()) title += "\nerror: " + op.error;
-        std::string data = data_attr("id", std::to_string(op.id)) + data_attr("name", op.name) +
-                           data_attr("stream", op.stream) + data_attr("start-us", format_fixed(start, 3)) +
-                           data_attr("dur-us", format_fixed(end - start, 3));
-        if (!op.detail.empty()) data += data_attr("detail", op.detail);
-        if (!op.error.empty()) data += data_attr("error", op.error);
-        op_box_[i] = boxes_.size();
-        if (op.is_wait) {
-          bar(s, "wait", r, start, end, "url(#hatch)", title, data, "", !op.error.empty());
-        } else {
-          bar(s, "op", r, start, end, colour_.at(op.name), title, data, op.name, !op.error.empty());
-        }
+        const int flags = (op.error.empty() ? 0 : kFailed) | (span->inferred ? kInferred : 0) |
+                          (op.is_marker ? kMarker : 0);
+        op_bar[i] = bar(r, op.is_wait ? 1 : 0, op.is_wait ? -1 : colour(colour_.at(op.name)),
+                        text(op.is_wait ? "wait" : op.name), span->start_ns, span->end_ns, op.id, op.seq,
+                        text(op.detail), text(op.error), flags);
       }
     }
-    for (std::size_t h = 0; h < p_.host_waits().size(); ++h) {
-      const ProfiledHostWait& w = p_.host_waits()[h];
-      std::string title = profile::host_wait_label(p_, layout_, w) + " (" + w.thread + ")\nstart " +
-                          format_fixed(w.start_us, 1) + " µs, waited " + duration_text(w.end_us - w.start_us) +
-                          (w.finished ? "" : " (timed out)");
-      std::string data = data_attr("event", std::to_string(w.event)) + data_attr("thread", w.thread) +
-                         data_attr("start-us", format_fixed(w.start_us, 3)) +
-                         data_attr("dur-us", format_fixed(w.end_us - w.start_us, 3));
-      host_wait_box_.push_back(boxes_.size());
-      bar(s, "hostwait", host_wait_rows_[h], w.start_us, w.end_us, "#aab4c0", title, data, "wait", false);
+    std::vector<std::size_t> host_wait_bar, callback_bar;
+    for (const ProfiledHostWait& w : p_.host_waits()) {
+      const std::size_t lane = host_lane("host waits " + w.thread, w.thread, "host waits");
+      host_wait_bar.push_back(bar(lane, 2, colour(kHostWaitColour),
+                                  text(profile::host_wait_label(p_, layout_, w) + " (" + w.thread + ")"),
+                                  profile::to_ns(w.start_us), profile::to_ns(w.end_us), w.event, 0, -1, -1,
+                                  w.finished ? 0 : kTimedOut));
     }
-    for (std::size_t c = 0; c < p_.callbacks().size(); ++c) {
-      const ProfiledCallback& cb = p_.callbacks()[c];
-      std::string title = "callback of event " + std::to_string(cb.event) + " (" + cb.thread + ")\nstart " +
-                          format_fixed(cb.start_us, 1) + " µs, ran " + duration_text(cb.end_us - cb.start_us);
-      std::string data = data_attr("event", std::to_string(cb.event)) + data_attr("thread", cb.thread) +
-                         data_attr("start-us", format_fixed(cb.start_us, 3)) +
-                         data_attr("dur-us", format_fixed(cb.end_us - cb.start_us, 3));
-      callback_box_.push_back(boxes_.size());
-      bar(s, "callback", callback_rows_[c], cb.start_us, cb.end_us, "#5b5f97", title, data, "callback", false);
+    for (const ProfiledCallback& c : p_.callbacks()) {
+      std::string dev = c.thread.rfind("callbacks ", 0) == 0 ? c.thread.substr(10) : c.thread;
+      const std::size_t lane = host_lane(c.thread, "callbacks", dev);
+      callback_bar.push_back(bar(lane, 3, colour(kCallbackColour),
+                                 text("callback of event " + std::to_string(c.event) + " (" + c.thread + ")"),
+                                 profile::to_ns(c.start_us), profile::to_ns(c.end_us), c.event, 0, -1, -1, 0));
     }
-  }
 
-  // From the end of `from` to `to` (its end if `at_end`, else its start), leaving and
-  // entering the bars at their top or bottom edge.
-  void arrow(std::string& s, std::size_t from, std::size_t to, bool at_end, const char* cls) {
-    const Box& a = boxes_[from];
-    const Box& b = boxes_[to];
-    const double x1 = a.x1;
-    const double x2 = at_end ? b.x1 : b.x0;
-    const bool down = rows_[b.row].y >= rows_[a.row].y;
-    const double y1 = bar_y(a.row) + (down ? kBarHeight : 0);
-    const double y2 = bar_y(b.row) + (down ? 0 : kBarHeight);
-    const double bend = std::max(8.0, std::abs(y2 - y1) / 2);
-    s += std::string("<path class=\"") + cls + "\" d=\"M" + num(x1) + "," + num(y1) + " C" + num(x1) + "," +
-         num(y1 + (down ? bend : -bend)) + " " + num(x2) + "," + num(y2 + (down ? -bend : bend)) + " " +
-         num(x2) + "," + num(y2) + "\" marker-end=\"url(#arrow)\"/>\n";
-  }
-
-  void draw_arrows(std::string& s) {
-    s += "<g class=\"arrows\">\n";
+    std::string arrows;
+    std::size_t n_arrows = 0;
     for (const profile::Arrow& a : profile::arrows(p_, layout_)) {
-      const std::size_t from = op_box_[a.from];
+      const std::size_t from = op_bar[a.from];
       if (from == SIZE_MAX) continue;
+      std::size_t to = SIZE_MAX;
       switch (a.to) {
-        case profile::Arrow::To::op:
-          if (op_box_[a.index] != SIZE_MAX) arrow(s, from, op_box_[a.index], a.at_end, "dep");
-          break;
-        case profile::Arrow::To::host_wait:
-          arrow(s, from, host_wait_box_[a.index], a.at_end, "dep host");
-          break;
-        case profile::Arrow::To::callback:
-          arrow(s, from, callback_box_[a.index], a.at_end, "dep host");
-          break;
+        case profile::Arrow::To::op: to = op_bar[a.index]; break;
+        case profile::Arrow::To::host_wait: to = host_wait_bar[a.index]; break;
+        case profile::Arrow::To::callback: to = callback_bar[a.index]; break;
       }
+      if (to == SIZE_MAX) continue;
+      arrows += (n_arrows++ ? ",[" : "[") + std::to_string(from) + "," + std::to_string(to) + "," +
+                (a.at_end ? "1" : "0") + "," + (a.to == profile::Arrow::To::op ? "0" : "1") + "]";
     }
-    s += "</g>\n";
+
+    std::string j = "{\"unit\":" + json_string(unit()) + ",\"ns_per_unit\":" +
+                    std::to_string(static_cast<long>(ns_per_unit())) + ",\"t0\":" + std::to_string(t0_) +
+                    ",\"t1\":" + std::to_string(t1_) + ",\n\"kinds\":[\"op\",\"wait\",\"hostwait\",\"callback\"]";
+    j += ",\n\"colours\":[";
+    for (std::size_t i = 0; i < colours_.size(); ++i) {
+      if (i) j += ',';
+      j += json_string(colours_[i]);
+    }
+    j += "],\n\"texts\":[";
+    for (std::size_t i = 0; i < texts_.size(); ++i) {
+      if (i) j += ",\n";
+      j += json_string(texts_[i]);
+    }
+    j += "],\n\"lanes\":[";
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+      const Lane& l = lanes[i];
+      j += std::string(i ? ",\n" : "") + "{\"kind\":" + json_string(l.kind) + ",\"key\":" + json_string(l.key) +
+           ",\"title\":" + json_string(l.title) + ",\"sub\":" + json_string(l.sub) +
+           ",\"group\":" + std::to_string(l.group) + "}";
+    }
+    j += "],\n\"bars\":[\n" + bars + "],\n\"arrows\":[" + arrows + "]}";
+    return j;
   }
 
-  std::string page(const std::string& svg) const {
+  std::string page(const std::string& data) const {
     std::size_t waits = 0;
     for (const ProfiledOp& op : p_.ops()) waits += op.is_wait;
-    const double span_us = t1_ - t0_;
     auto count = [](std::size_t n, const char* one, const char* many) {
       return std::to_string(n) + " " + (n == 1 ? one : many);
     };
@@ -379,8 +603,8 @@ class PageWriter {
                           count(p_.records().size(), "record", "records") + " · " +
                           count(p_.host_waits().size(), "host wait", "host waits") + " · " +
                           count(p_.callbacks().size(), "callback", "callbacks") + " · profile " +
-                          duration_text(p_.duration_us()) + ", drawn " + tick_label(t0_) + " to " +
-                          tick_label(t1_) + " (" + duration_text(span_us) + ")";
+                          in_unit(p_.duration_us() * 1e3) + ", drawn " + in_unit(static_cast<double>(t0_)) +
+                          " to " + in_unit(static_cast<double>(t1_)) + " · times in " + unit();
     std::string h;
     h += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
          "<meta name=\"generator\" content=\"eventide " + std::string(version()) + "\">\n"
@@ -393,19 +617,14 @@ class PageWriter {
          ".legend li{display:flex;align-items:center;gap:6px}\n"
          ".swatch{width:14px;height:14px;border-radius:3px;display:inline-block}\n"
          ".swatch.wait{background:repeating-linear-gradient(45deg,#e4e7eb 0 3px,#9aa5b1 3px 5px)}\n"
-         "svg.timeline{display:block;max-width:100%;height:auto;font-family:inherit}\n"
-         ".row-title{font-size:13px;font-weight:600;fill:#1f2933}\n"
-         ".row-sub{font-size:11px;fill:#7b8794}\n"
-         ".divider{stroke:#cbd2d9}\n"
-         ".grid{stroke:#e4e7eb;stroke-width:1}\n"
-         ".tick{font-size:11px;fill:#616e7c;text-anchor:middle}\n"
-         ".op,.wait,.hostwait,.callback{stroke:rgba(0,0,0,.25);stroke-width:.5}\n"
-         ".op:hover,.wait:hover,.hostwait:hover,.callback:hover{stroke:#111;stroke-width:1.5}\n"
-         ".failed{stroke:#b3261e;stroke-width:2;stroke-dasharray:4 2}\n"
-         ".bar-label{font-size:11px;fill:#fff;text-anchor:middle;pointer-events:none}\n"
-         ".bar-label.dark{fill:#1f2933}\n"
-         ".dep{fill:none;stroke:#3d4752;stroke-width:1.2;opacity:.75}\n"
-         ".dep.host{stroke-dasharray:3 2}\n"
+         ".controls{display:flex;align-items:center;gap:6px;margin:0 0 6px;color:#52606d}\n"
+         ".controls button{font:inherit;min-width:28px;padding:1px 8px;border:1px solid #cbd2d9;"
+         "border-radius:4px;background:#f4f6f8;cursor:pointer}\n"
+         "#timeline{position:relative;max-width:1360px}\n"
+         "#timeline-canvas{display:block;cursor:grab}\n"
+         "#timeline-canvas.dragging{cursor:grabbing}\n"
+         "#timeline-tip{position:absolute;pointer-events:none;white-space:pre;background:#1f2933;color:#fff;"
+         "font-size:12px;padding:4px 8px;border-radius:4px;max-width:300px;overflow:hidden;z-index:1}\n"
          "table{border-collapse:collapse;margin-top:14px;font-variant-numeric:tabular-nums}\n"
          "th,td{padding:3px 12px 3px 0;text-align:right}\n"
          "th:first-child,td:first-child{text-align:left}\n"
@@ -420,7 +639,14 @@ class PageWriter {
     }
     if (waits) h += "<li><span class=\"swatch wait\"></span>wait</li>";
     h += "</ul>\n";
-    h += svg;
+    h += "<div class=\"controls\"><button id=\"zoom-out\" title=\"zoom out (-)\">−</button>"
+         "<button id=\"zoom-in\" title=\"zoom in (+)\">+</button>"
+         "<button id=\"zoom-reset\" title=\"the whole profile (0)\">whole profile</button>"
+         "<span>wheel: zoom, drag: pan</span> · <span id=\"timeline-range\"></span></div>\n";
+    h += "<div id=\"timeline\"><canvas id=\"timeline-canvas\" aria-label=\"timeline of " +
+         std::to_string(p_.ops().size()) + " ops\"></canvas><div id=\"timeline-tip\" hidden></div></div>\n";
+    h += "<noscript><p class=\"empty\">The timeline is drawn by the page's own script: allow "
+         "scripts to see it (the totals below need none).</p></noscript>\n";
     // Per op name: how many, how long.
     if (!names_.empty()) {
       std::map<std::string, std::pair<std::size_t, double>> totals;
@@ -429,19 +655,21 @@ class PageWriter {
         if (op.is_wait || !layout_.spans[i]) continue;
         auto& t = totals[op.name];
         ++t.first;
-        t.second += (layout_.spans[i]->end_ns - layout_.spans[i]->start_ns) / 1000.0;
+        t.second += static_cast<double>(layout_.spans[i]->end_ns - layout_.spans[i]->start_ns);
       }
       h += "<table class=\"totals\"><tr><th>op</th><th>count</th><th>total</th><th>mean</th></tr>\n";
       for (const std::string& n : names_) {
         auto it = totals.find(n);
         if (it == totals.end()) continue;
-        const auto& [count, total] = it->second;
-        h += "<tr><td><span class=\"swatch\" style=\"background:" + colour_.at(n) +
-             "\"></span> " + escape(n) + "</td><td>" + std::to_string(count) + "</td><td>" +
-             duration_text(total) + "</td><td>" + duration_text(total / count) + "</td></tr>\n";
+        const auto& [n_ops, total] = it->second;
+        h += "<tr><td><span class=\"swatch\" style=\"background:" + colour_.at(n) + "\"></span> " + escape(n) +
+             "</td><td>" + std::to_string(n_ops) + "</td><td>" + in_unit(total) + "</td><td>" +
+             in_unit(total / static_cast<double>(n_ops)) + "</td></tr>\n";
       }
       h += "</table>\n";
     }
+    h += "<script type=\"application/json\" id=\"eventide-timeline-data\">" + data + "</script>\n";
+    h += "<script>" + std::string(kScript) + "</script>\n";
     h += "</body>\n</html>\n";
     return h;
   }
@@ -450,13 +678,10 @@ class PageWriter {
   Layout layout_;
   std::vector<std::string> names_;
   std::unordered_map<std::string, std::string> colour_;
-  std::vector<Row> rows_;
-  std::size_t stream_rows_ = 0;
-  std::vector<std::size_t> host_wait_rows_, callback_rows_;
-  std::vector<Box> boxes_;
-  std::vector<std::size_t> op_box_, host_wait_box_, callback_box_;
-  double height_ = 0;
-  double t0_ = 0, t1_ = 1, step_ = 1;
+  std::vector<std::string> texts_, colours_;
+  std::unordered_map<std::string, int> text_index_, colour_index_;
+  std::int64_t t0_ = 0, t1_ = 1000;
+  bool ms_ = false;
 };
 
 }  // namespace

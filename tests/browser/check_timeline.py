@@ -1,14 +1,25 @@
-"""The profiler's timeline page in a real browser: headless chromium lays it out and draws it.
+"""The profiler's timeline page in a real browser: headless chromium runs its script and draws it.
 
-Runs a small real workload with the eventide package (two streams of matmuls joined by an
-event wait, a host wait, a callback), writes the timeline page, and checks it twice:
+Runs two real workloads with the eventide package and writes the timeline page of each:
 
-  1. ``--dump-dom`` of the page with a measuring script appended (it only reads the layout
-     and writes what it found into a JSON element): a bar per op with times, each drawn with a
-     non-zero width inside its stream's row, a row per stream, labels in µs;
-  2. ``--screenshot``: the PNG, decoded here (zlib only), has the bars' colours (read from the
-     page, and checked against the palette of src/profile/timeline_html.cpp) in about the
-     number of pixels the bars cover, and at the places the layout put them.
+  - a small one: two streams of matmuls joined by an event wait, a host wait, a callback;
+  - 10,000 ops: tiny adds on two streams, each stream now and then waiting for the other.
+
+Each page is checked twice:
+
+  1. ``--dump-dom`` of the page with an error catcher put first in its <head> and a measuring
+     script appended to its <body>: no JavaScript error; the page's hook
+     (``window.eventideTimeline``) is there; every bar of the page's data is in the first view
+     and the canvas has pixels of each of the data's colours; a synthetic wheel event zooms in
+     around the pointer, a synthetic drag pans, the hook zooms to one op (drawn alone, nothing
+     merged) and resets, the + button halves the span; the axis is labelled again each time,
+     always in the page's one unit, as are the range read-out, a bar's tooltip and the page's
+     text; for 10,000 ops, bars narrower than a pixel are drawn merged in the whole view;
+  2. ``--screenshot``: the PNG, decoded here (zlib only), shows the bars' colours (checked
+     against the palette of src/profile/timeline_html.cpp) inside the canvas.
+
+The page of 10,000 ops must stay under PAGE_BYTES_PER_OP bytes per op plus PAGE_FIXED_BYTES
+(see there why).
 
 Exit status: 0 passed, 1 failed, 77 skipped (no chromium: ctest's SKIP_RETURN_CODE).
 
@@ -38,16 +49,21 @@ import tempfile
 import threading
 import zlib
 from collections import Counter
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Optional
 
 SKIP = 77
 BROWSER_TIMEOUT_S = 60
-WINDOW_WIDTH = 1440  # the page's SVG is 1360 wide, the body's margins 2 x 20: no scaling
+WINDOW_WIDTH = 1440  # the page's timeline is at most 1360 wide, the body's margins 2 x 20
+BIG_OPS = 10_000
+# The page of BIG_OPS ops holds a bar of 11 integers per op (about 45 bytes as JSON, times in
+# ns) and an arrow of 4 per dependency; the script, styles and legend are fixed. 80 bytes per
+# op leaves room for longer times and details, and still keeps 10,000 ops under 1 MB (the old
+# page, one SVG element per op, took about 370 bytes per op: 1.4 MB at 3,750 ops).
+PAGE_BYTES_PER_OP = 80
+PAGE_FIXED_BYTES = 64 * 1024
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 PALETTE_SOURCE = Path(__file__).resolve().parents[2] / "src" / "profile" / "timeline_html.cpp"
-BAR_CLASSES = ("op", "wait", "hostwait", "callback")
 
 
 class CheckFailed(Exception):
@@ -139,39 +155,123 @@ def profile_workload() -> Any:
     return prof
 
 
+def big_workload(n_ops: int) -> Any:
+    """`n_ops` tiny adds on two streams, each waiting for the other every 500 adds (a wait on
+    work already finished is not enqueued: so n_ops ops and at most n_ops / 500 waits): a page
+    too dense to read without zooming, with arrows."""
+    import eventide as ev
+
+    a = ev.randn(1)
+    a.wait()
+    s1, s2 = ev.Stream("cpu"), ev.Stream("cpu")
+    with ev.profile() as prof:
+        last = {}
+        for i in range(n_ops):
+            s = s1 if i % 2 == 0 else s2
+            other = s2 if s is s1 else s1
+            if i % 500 == 499 and other in last:
+                e = ev.Event()
+                e.record(last[other])
+                s.wait(e)
+            with ev.stream(s):
+                last[s] = ev.add(a, a)
+        for t in last.values():
+            check(t.wait(timeout=60) is True, "the 10,000 ops did not finish within 60 s")
+    return prof
+
+
 # --- the page --------------------------------------------------------------------------------
 
+# Inserted first in <head>: every error the page's script throws, or logs as an error, is kept.
+ERROR_CATCHER = """<script>
+window.__eventideErrors = [];
+window.addEventListener('error', function (e) { window.__eventideErrors.push(String(e.message)); });
+(function () {
+  var log = console.error;
+  console.error = function () {
+    window.__eventideErrors.push(Array.prototype.join.call(arguments, ' '));
+    return log.apply(console, arguments);
+  };
+})();
+</script>
+"""
+
+# Appended to <body>, after the page's own script ran: drives the view with the page's hook and
+# with synthetic wheel and mouse events, reads the canvas' pixels, and writes what it found into
+# a JSON element of the DOM (which --dump-dom prints).
 MEASURE_SCRIPT = """
 <script>
 (function () {
-  function box(el) {
-    const r = el.getBoundingClientRect();
-    return {x: r.left + window.scrollX, y: r.top + window.scrollY, w: r.width, h: r.height};
+  var out = {errors: window.__eventideErrors.slice(), steps: {}};
+  try {
+    var api = window.eventideTimeline;
+    out.hook = !!api;
+    var data = JSON.parse(document.getElementById('eventide-timeline-data').textContent);
+    var canvas = document.getElementById('timeline-canvas');
+    var r = canvas.getBoundingClientRect();
+    out.canvas = {x: r.left + window.scrollX, y: r.top + window.scrollY, w: r.width, h: r.height,
+                  pw: canvas.width, ph: canvas.height};
+    out.body_drawn = document.body.dataset.drawn || null;
+    function pixels() {
+      var g = canvas.getContext('2d'), img = g.getImageData(0, 0, canvas.width, canvas.height).data;
+      var counts = {};
+      data.colours.forEach(function (c) { counts[c] = 0; });
+      var rgb = data.colours.map(function (c) {
+        return [parseInt(c.substr(1, 2), 16), parseInt(c.substr(3, 2), 16), parseInt(c.substr(5, 2), 16)];
+      });
+      for (var i = 0; i < img.length; i += 4) {
+        for (var k = 0; k < rgb.length; k++) {
+          if (Math.abs(img[i] - rgb[k][0]) <= 2 && Math.abs(img[i + 1] - rgb[k][1]) <= 2 &&
+              Math.abs(img[i + 2] - rgb[k][2]) <= 2) { counts[data.colours[k]]++; break; }
+        }
+      }
+      return counts;
+    }
+    function step(name) {
+      out.steps[name] = {stats: api.stats(), view: api.view(),
+                         readout: document.getElementById('timeline-range').textContent};
+    }
+    step('first');
+    out.pixels_first = pixels();
+    // The wheel, over the middle of the plot: zooms in around the pointer.
+    var mid = {x: r.left + 200 + (r.width - 228) / 2, y: r.top + 50};
+    canvas.dispatchEvent(new WheelEvent('wheel', {deltaY: -400, deltaMode: 0, clientX: mid.x, clientY: mid.y,
+                                                   bubbles: true, cancelable: true}));
+    step('wheel');
+    // A drag to the left: the view moves later in time.
+    canvas.dispatchEvent(new MouseEvent('mousedown', {clientX: mid.x, clientY: mid.y, bubbles: true}));
+    window.dispatchEvent(new MouseEvent('mousemove', {clientX: mid.x - 200, clientY: mid.y, bubbles: true}));
+    window.dispatchEvent(new MouseEvent('mouseup', {clientX: mid.x - 200, clientY: mid.y, bubbles: true}));
+    step('drag');
+    // The hook: the first op alone (and a little around it), then its tooltip.
+    var full = api.full(), first = null;
+    data.bars.forEach(function (b) {
+      if (data.kinds[b[1]] === 'op' && (first === null || b[4] < first[4])) first = b;
+    });
+    out.first_op_colour = data.colours[first[2]];
+    var per = data.ns_per_unit, a = first[4] / per, d = Math.max(first[5] / per, 0.001);
+    out.one_op_span = 3 * d;
+    api.set_view(a - d, a + 2 * d);
+    step('one_op');
+    out.pixels_one_op = pixels();
+    var lane = data.lanes[first[0]], laneIndex = first[0];
+    // Where the script put that lane: lanes are 36 px apart from y 36, a 10 px gap per group.
+    var groupsBefore = 0;
+    for (var i = 1; i <= laneIndex; i++) if (data.lanes[i].group !== data.lanes[i - 1].group) groupsBefore++;
+    var ly = 36 + 36 * laneIndex + 10 * groupsBefore + 18;
+    var bx = 200 + (a + d / 2 - api.view().start) / (api.view().end - api.view().start) * (r.width - 228);
+    canvas.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + bx, clientY: r.top + ly, bubbles: true}));
+    var tip = document.getElementById('timeline-tip');
+    out.tip = {hidden: tip.hidden, text: tip.textContent, lane: lane.key};
+    api.reset();
+    step('reset');
+    document.getElementById('zoom-in').click();
+    step('button_in');
+  } catch (e) {
+    out.errors.push('measuring: ' + e.message + ' ' + (e.stack || ''));
   }
-  const out = {bars: [], rows: [], labels: [], ticks: []};
-  for (const el of document.querySelectorAll('rect.op, rect.wait, rect.hostwait, rect.callback')) {
-    out.bars.push({cls: el.getAttribute('class'), id: el.dataset.id || null,
-                   name: el.dataset.name || null, stream: el.dataset.stream || null,
-                   thread: el.dataset.thread || null, fill: el.getAttribute('fill'),
-                   computed_fill: getComputedStyle(el).fill, box: box(el)});
-  }
-  for (const el of document.querySelectorAll('g.row')) {
-    out.rows.push({kind: el.dataset.kind, key: el.dataset.stream || el.dataset.thread,
-                   title: el.querySelector('.row-title').textContent,
-                   band: box(el.querySelector('rect.band'))});
-  }
-  for (const el of document.querySelectorAll('text.bar-label')) {
-    // A label follows its bar.
-    out.labels.push({text: el.textContent, box: box(el), bar: box(el.previousElementSibling)});
-  }
-  for (const el of document.querySelectorAll('text.tick')) out.ticks.push(el.textContent);
-  out.svg = box(document.querySelector('svg.timeline'));
-  // The content's height, not the window's (a short page still fills the window).
-  const body = document.body.getBoundingClientRect();
-  out.page = {w: document.documentElement.scrollWidth,
-              h: Math.ceil(body.bottom + window.scrollY + parseFloat(getComputedStyle(document.body).marginBottom)),
-              viewport: {w: window.innerWidth, h: window.innerHeight}};
-  const json = document.createElement('script');
+  out.errors = out.errors.concat(window.__eventideErrors.slice(out.errors.length));
+  var json = document.createElement('script');
   json.type = 'application/json';
   json.id = 'eventide-measured';
   json.textContent = JSON.stringify(out).replace(/</g, '\\\\u003c');
@@ -181,102 +281,91 @@ MEASURE_SCRIPT = """
 """
 
 
-class DomBars(HTMLParser):
-    """The bars, rows and label texts of the DOM chromium dumped."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.bars: list = []
-        self.rows: list = []
-        self.labels: list = []
-        self._text: Optional[list] = None
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        a = dict(attrs)
-        classes = set(a.get("class", "").split())
-        if tag == "rect" and classes & set(BAR_CLASSES):
-            self.bars.append(a)
-        elif tag == "g" and "row" in classes:
-            self.rows.append(a)
-        elif tag == "text" and "bar-label" in classes:
-            self._text = []
-
-    def handle_startendtag(self, tag: str, attrs: list) -> None:
-        self.handle_starttag(tag, attrs)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "text" and self._text is not None:
-            self.labels.append("".join(self._text))
-            self._text = None
-
-    def handle_data(self, data: str) -> None:
-        if self._text is not None:
-            self._text.append(data)
-
-
 def measured(dom: str) -> dict:
     m = re.search(r'<script type="application/json" id="eventide-measured">(.*?)</script>', dom, re.S)
     check(m is not None, "the measuring script left no result in the DOM (did it run?)")
     return json.loads(m.group(1))
 
 
-def check_dom(dom: str, prof: Any) -> dict:
-    """The DOM after chromium ran the page; returns the measured layout."""
-    timed = [op for op in prof.ops if op["start_us"] is not None]
-    streams = {op["stream"] for op in prof.ops}
-    parsed = DomBars()
-    parsed.feed(dom)
-    parsed.close()
-    ops_in_dom = [b for b in parsed.bars if set(b["class"].split()) & {"op", "wait"}]
-    check(len(ops_in_dom) == len(timed),
-          f"{len(ops_in_dom)} op bars in the DOM for {len(timed)} ops with times")
-    check(sorted(int(b["data-id"]) for b in ops_in_dom) == sorted(op["id"] for op in timed),
-          "the bars' data-id are not the ops' ids")
-    check(all(float(b["width"]) > 0 for b in parsed.bars), "a bar has no width in the DOM")
-    dom_streams = {r["data-stream"] for r in parsed.rows if r.get("data-kind") == "stream"}
-    check(dom_streams == streams, f"stream rows {sorted(dom_streams)}, ops on {sorted(streams)}")
-    check(parsed.labels, "no bar has a label")
-    for label in parsed.labels:
-        check(re.fullmatch(r"(\w+ )?\d+(\.\d+)? µs", label) is not None, f"bar label {label!r} is not in µs")
+def page_data(html: str) -> dict:
+    m = re.search(r'<script type="application/json" id="eventide-timeline-data">(.*?)</script>', html, re.S)
+    check(m is not None, "the page has no data element")
+    return json.loads(m.group(1))
 
-    layout = measured(dom)
-    bars = layout["bars"]
-    check(len(bars) == len(parsed.bars), "the page script saw another number of bars than the DOM has")
-    check(len(bars) == len(timed) + len(prof.host_waits) + len(prof.callbacks),
-          f"{len(bars)} bars drawn for {len(timed)} ops, {len(prof.host_waits)} host waits and "
-          f"{len(prof.callbacks)} callbacks")
-    rows = {r["key"]: r for r in layout["rows"]}
-    check({k for k, r in rows.items() if r["kind"] == "stream"} == streams, "a stream has no row")
-    svg = layout["svg"]
-    check(abs(svg["w"] - 1360) < 1, f"the SVG is drawn {svg['w']} px wide, not at its 1360 px")
-    for bar in bars:
-        b = bar["box"]
-        what = f"bar {bar['cls']} {bar['name'] or bar['thread']}"
-        check(b["w"] > 0 and b["h"] > 0, f"{what} is drawn with no area: {b}")
-        check(svg["x"] - 1 <= b["x"] and b["x"] + b["w"] <= svg["x"] + svg["w"] + 1,
-              f"{what} is outside the SVG: {b}, SVG {svg}")
-        # Rows are keyed by stream; host rows by "host waits <thread>", or the callback thread.
-        kind = bar["cls"].split()[0]
-        key = (bar["stream"] if kind in ("op", "wait") else
-               f"host waits {bar['thread']}" if kind == "hostwait" else bar["thread"])
-        row = rows.get(key)
-        check(row is not None, f"{what} has no row {key!r}")
-        band = row["band"]
-        check(band["y"] <= b["y"] and b["y"] + b["h"] <= band["y"] + band["h"],
-              f"{what} is not inside its row: {b}, row {band}")
-        if bar["fill"].startswith("#"):
-            check(bar["computed_fill"] == css_rgb(bar["fill"]),
-                  f"{what}: fill {bar['fill']} is drawn as {bar['computed_fill']}")
-    # Labels are written only where the page's estimate of their width says they fit: in the
-    # browser's font they must fit too.
-    check(len(layout["labels"]) == len(parsed.labels), "the page script saw another number of labels")
-    for label in layout["labels"]:
-        t, b = label["box"], label["bar"]
-        check(b["x"] - 0.5 <= t["x"] and t["x"] + t["w"] <= b["x"] + b["w"] + 0.5,
-              f"label {label['text']!r} ({t['w']:.1f} px wide) overflows its bar ({b['w']:.1f} px)")
-    check(layout["ticks"] and all(re.fullmatch(r"\d+(\.\d+)? (µs|ms|s)", t) for t in layout["ticks"]),
-          f"axis ticks {layout['ticks']}")
-    return layout
+
+def check_page(dom: str, html: str, prof: Any, what: str) -> dict:
+    """What the measuring script found after chromium ran the page; returns it."""
+    data = page_data(html)
+    m = measured(dom)
+    check(not m["errors"], f"{what}: JavaScript errors: {m['errors']}")
+    check(m["hook"], f"{what}: the page set no window.eventideTimeline")
+    unit = data["unit"]
+    check(unit in ("µs", "ms"), f"{what}: unit {unit!r}")
+    timed = [op for op in prof.ops if op["start_us"] is not None]
+    kinds = [data["kinds"][b[1]] for b in data["bars"]]
+    check(sum(k in ("op", "wait") for k in kinds) == len(timed),
+          f"{what}: {len(kinds)} bars in the data for {len(timed)} ops with times")
+    check(len(data["bars"]) == len(timed) + len(prof.host_waits) + len(prof.callbacks),
+          f"{what}: bars for {len(timed)} ops, {len(prof.host_waits)} host waits, {len(prof.callbacks)} callbacks")
+    streams = {op["stream"] for op in prof.ops}
+    check({l["key"] for l in data["lanes"] if l["kind"] == "stream"} == streams, f"{what}: a stream has no lane")
+
+    steps = m["steps"]
+    first, wheel, drag, one, reset, button = (steps[k] for k in ("first", "wheel", "drag", "one_op", "reset", "button_in"))
+    check(int(m["body_drawn"] or 0) > 0 and first["stats"]["marks"] > 0, f"{what}: nothing drawn: {first['stats']}")
+    check(first["stats"]["shown"] == len(data["bars"]), f"{what}: the whole view shows {first['stats']['shown']} "
+          f"of {len(data['bars'])} bars")
+    painted = sum(m["pixels_first"].values())
+    check(painted > 0, f"{what}: no pixel of the bars' colours on the canvas: {m['pixels_first']}")
+    # A colour with a bar 3 px wide or more in the whole view is on the canvas (narrower bars
+    # may be merged into a neighbour of another colour).
+    plot_w = m["canvas"]["w"] - 228  # the labels' 200 px and the right margin's 28
+    span_ns = max(data["t1"] - data["t0"], 20)
+    wide = {data["colours"][b[2]] for b in data["bars"] if b[2] >= 0 and b[5] / span_ns * plot_w >= 3}
+    for colour in wide:
+        check(m["pixels_first"][colour] > 0, f"{what}: colour {colour} has a bar 3 px wide or more, "
+              "but no pixel on the canvas")
+    one_colour = m["first_op_colour"]
+    check(m["pixels_one_op"][one_colour] > 1000, f"{what}: zoomed to the first op, its colour {one_colour} "
+          f"has {m['pixels_one_op'][one_colour]} pixels on the canvas")
+    # Zoom: the wheel narrowed the view around the pointer, the drag moved it, the hook and
+    # the button too; the axis was labelled again each time, always in the page's unit.
+    span = lambda s: s["view"]["end"] - s["view"]["start"]
+    check(span(wheel) < 0.7 * span(first), f"{what}: the wheel did not zoom in: {first['view']} -> {wheel['view']}")
+    check(wheel["view"]["start"] > first["view"]["start"] and wheel["view"]["end"] < first["view"]["end"],
+          f"{what}: the wheel's view {wheel['view']} is not inside {first['view']}")
+    check(drag["view"]["start"] > wheel["view"]["start"] and abs(span(drag) - span(wheel)) < 1e-6 * span(first) + 1e-9,
+          f"{what}: the drag did not pan later: {wheel['view']} -> {drag['view']}")
+    want = min(m["one_op_span"], span(first))
+    check(abs(span(one) - want) <= 1e-6 * span(first) + 1e-9,
+          f"{what}: set_view to the first op and its neighbourhood ({want} {unit}) gave {one['view']}")
+    check(reset["view"] == first["view"], f"{what}: reset gave {reset['view']}, not {first['view']}")
+    check(abs(span(button) - span(first) / 2) < 1e-6 * span(first), f"{what}: + gave {button['view']}")
+    for name, s in steps.items():
+        ticks = s["stats"]["ticks"]
+        check(len(ticks) >= 2, f"{what}: {name}: ticks {ticks}")
+        check(all(re.fullmatch(r"-?\d+(\.\d+)? " + unit, t) for t in ticks), f"{what}: {name}: ticks {ticks} not all in {unit}")
+        values = [float(t.split()[0]) for t in ticks]
+        check(values == sorted(values) and len(set(values)) == len(values), f"{what}: {name}: ticks {ticks}")
+        check(s["stats"]["unit"] == unit, f"{what}: {name}: unit {s['stats']['unit']}")
+        written = re.findall(r"\d (µs|ms|ns|s)\b", s["readout"])
+        check(written and set(written) == {unit}, f"{what}: {name}: the range reads {s['readout']!r}")
+    check(ticks_differ(first, wheel) and ticks_differ(wheel, one), f"{what}: the axis was not labelled again on zoom")
+    # Zoomed in to one op: it is drawn as a bar of its own, no bar merged.
+    check(one["stats"]["merged"] == 0, f"{what}: zoomed to one op, {one['stats']['merged']} bars still merged")
+    tip = m["tip"]
+    check(not tip["hidden"] and tip["lane"] in tip["text"], f"{what}: no tooltip over the first op: {tip}")
+    written = re.findall(r"\d (µs|ms|ns|s)\b", tip["text"])
+    check(written and set(written) == {unit}, f"{what}: the tooltip's times are not all in {unit}: {tip['text']!r}")
+    # Everything the page writes as text outside its data and script is in the same unit.
+    text = re.sub(r"<script.*?</script>", "", html, flags=re.S)
+    written = re.findall(r"\d (µs|ms|ns|s)\b", re.sub(r"<[^>]+>", " ", text))
+    check(written and set(written) == {unit}, f"{what}: the page's text has times in {sorted(set(written))}")
+    return m
+
+
+def ticks_differ(a: dict, b: dict) -> bool:
+    return a["stats"]["ticks"] != b["stats"]["ticks"]
 
 
 def css_rgb(hex_colour: str) -> str:
@@ -381,73 +470,82 @@ def palette_from_source() -> Optional[set]:
     m = re.search(r"kPalette\s*=\s*\{(.*?)\};", text, re.S)
     check(m is not None, f"no kPalette in {PALETTE_SOURCE}")
     colours = set(re.findall(r'"(#[0-9a-fA-F]{6})"', m.group(1)))
-    # The host waits' and callbacks' bars: the literals passed to bar(..., "hostwait"/"callback").
-    colours |= set(re.findall(r'bar\(s, "(?:hostwait|callback)",[^;]*?"(#[0-9a-fA-F]{6})"', text, re.S))
+    # The host waits' and callbacks' bars.
+    colours |= set(re.findall(r'k(?:HostWait|Callback)Colour = "(#[0-9a-fA-F]{6})"', text))
     return {c.lower() for c in colours}
 
 
-def check_picture(png: bytes, layout: dict) -> dict:
-    """The bars' colours are in the picture, where the layout put the bars; returns the pixel
-    counts per colour."""
+def check_picture(png: bytes, layout: dict, colours: list) -> dict:
+    """The bars' colours are in the screenshot, inside the canvas; returns the pixel counts."""
     pic = Picture(png)
-    check(pic.height >= layout["page"]["h"] - 1, f"the screenshot ({pic.width}x{pic.height}) is "
-          f"shorter than the page ({layout['page']['w']}x{layout['page']['h']})")
+    c = layout["canvas"]
     check(pic.at(2, 2) == (255, 255, 255), f"the page's corner is {pic.at(2, 2)}, not white")
     palette = palette_from_source()
-    by_colour: dict = {}
-    for bar in layout["bars"]:
-        if bar["fill"].startswith("#"):
-            by_colour.setdefault(bar["fill"].lower(), []).append(bar)
-    check(by_colour, "no bar has a plain colour")
     if palette is not None:
-        unknown = set(by_colour) - palette
+        unknown = {x.lower() for x in colours} - palette
         check(not unknown, f"bar colours {sorted(unknown)} are not timeline_html.cpp's {sorted(palette)}")
+    x0, y0 = int(c["x"]), int(c["y"])
+    x1, y1 = int(c["x"] + c["w"]), int(c["y"] + c["h"])
+    check(pic.height >= y1, f"the screenshot ({pic.width}x{pic.height}) does not reach the canvas' bottom {y1}")
     counts = {}
-    for colour, bars in by_colour.items():
-        want = rgb(colour)
-        # The inside of each bar (its 0.5 px outline and rounded corners aside); labels cover
-        # part of it.
-        inside = 0
-        for bar in bars:
-            b = bar["box"]
-            w, h = max(int(b["w"]) - 2, 0), max(int(b["h"]) - 2, 0)
-            inside += w * h
-            if w >= 4:
-                x0, y0 = int(b["x"]) + 1, int(b["y"]) + 1
-                got = pic.count(want, x0, y0, x0 + w, y0 + h)
-                check(got >= 0.3 * w * h, f"bar {bar['name'] or bar['cls']} at {b}: only {got} of its "
-                      f"{w * h} pixels are {colour}")
-        # The legend's and the totals table's swatches (14 x 14) use the op colours too.
-        swatches = 2 * 14 * 14
-        got = pic.count_all(want)
-        check(got >= 0.5 * inside, f"{colour}: {got} pixels, the bars' insides have {inside}")
-        check(got <= 1.1 * sum(b["box"]["w"] * b["box"]["h"] for b in bars) + swatches + 50,
-              f"{colour}: {got} pixels, more than its bars and swatches cover")
-        counts[colour] = got
-    # Waits are hatched: stripes of the pattern's two greys (timeline_html.cpp's #hatch) fill
-    # most of the bar (its label aside).
-    for bar in layout["bars"]:
-        b = bar["box"]
-        if bar["cls"].split()[0] != "wait" or b["w"] < 12:
-            continue
-        area = (int(b["x"]) + 1, int(b["y"]) + 1, int(b["x"] + b["w"]) - 1, int(b["y"] + b["h"]) - 1)
-        inside = (area[2] - area[0]) * (area[3] - area[1])
-        # The dark stripes are thin diagonals: smoothed, so a wider tolerance.
-        light, dark = pic.count(rgb("#e4e7eb"), *area), pic.count(rgb("#9aa5b1"), *area, tolerance=24)
-        check(light >= 0.25 * inside and dark >= 0.04 * inside,
-              f"the wait at {b} is not hatched: of its {inside} pixels {light} are #e4e7eb and "
-              f"{dark} about #9aa5b1")
-        counts[f"wait {bar['id']}: #e4e7eb"] = light
-        counts[f"wait {bar['id']}: #9aa5b1"] = dark
+    for colour in colours:
+        if layout["pixels_first"][colour] == 0:
+            continue  # only in bars narrower than a pixel, merged into another colour
+        inside = pic.count(rgb(colour), x0, y0, x1, y1)
+        check(inside >= 0.3 * layout["pixels_first"][colour] and inside > 0,
+              f"{colour}: {inside} pixels in the screenshot's canvas, the canvas itself has "
+              f"{layout['pixels_first'][colour]}")
+        counts[colour] = inside
     return counts
 
 
 # --- main ------------------------------------------------------------------------------------
 
+def check_one(chromium: str, tmp_dir: Path, name: str, prof: Any, args: argparse.Namespace,
+              size_bound: Optional[int]) -> None:
+    page = tmp_dir / f"{name}.html"
+    prof.export_timeline(page)
+    html = page.read_text(encoding="utf-8")
+    size = len(html.encode("utf-8"))
+    print(f"{name}: {len(prof.ops)} ops, a page of {size:,} bytes ({size / max(len(prof.ops), 1):.0f} per op)")
+    if size_bound is not None:
+        check(size <= size_bound, f"{name}: the page of {len(prof.ops)} ops is {size:,} bytes, over {size_bound:,}")
+    check("<head>" in html and "</body>" in html, "the page has no <head> or </body>")
+    probe = tmp_dir / f"{name}-measure.html"
+    probe.write_text(html.replace("<head>", "<head>\n" + ERROR_CATCHER, 1)
+                     .replace("</body>", MEASURE_SCRIPT + "</body>", 1), encoding="utf-8")
+    if args.save_html:
+        shutil.copyfile(page, args.save_html.with_name(f"{args.save_html.stem}-{name}{args.save_html.suffix}"))
+
+    dom = run_chromium(chromium, tmp_dir / f"profile-dom-{name}",
+                       [f"--window-size={WINDOW_WIDTH},900", "--dump-dom", probe.as_uri()])
+    m = check_page(dom, html, prof, name)
+    st = m["steps"]
+    print(f"{name}: first view {st['first']['stats']['shown']} bars as {st['first']['stats']['marks']} marks "
+          f"({st['first']['stats']['merged']} merged), unit {st['first']['stats']['unit']}; wheel "
+          f"{st['first']['view']} -> {st['wheel']['view']}; one op: {st['one_op']['stats']['ticks']}")
+    if name == "big":
+        first = st["first"]["stats"]
+        check(first["merged"] > 0 and first["marks"] < first["shown"],
+              f"{name}: the whole view of {len(prof.ops)} ops merged no bar narrower than a pixel: {first}")
+
+    data = page_data(html)
+    height = int(m["canvas"]["y"] + m["canvas"]["h"]) + 16
+    shot = tmp_dir / f"{name}.png"
+    run_chromium(chromium, tmp_dir / f"profile-shot-{name}",
+                 [f"--window-size={WINDOW_WIDTH},{height}", f"--screenshot={shot}", page.as_uri()])
+    check(shot.exists(), "chromium wrote no screenshot")
+    png = shot.read_bytes()
+    if args.save_png:
+        shutil.copyfile(shot, args.save_png.with_name(f"{args.save_png.stem}-{name}{args.save_png.suffix}"))
+    counts = check_picture(png, m, data["colours"])
+    print(f"{name}: picture: " + ", ".join(f"{c} {n} px" for c, n in sorted(counts.items())))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--save-png", type=Path, help="keep the screenshot here")
-    parser.add_argument("--save-html", type=Path, help="keep the timeline page here")
+    parser.add_argument("--save-png", type=Path, help="keep the screenshots here (-small, -big added to the name)")
+    parser.add_argument("--save-html", type=Path, help="keep the pages here (-small, -big added to the name)")
     args = parser.parse_args()
 
     chromium, why = find_chromium()
@@ -457,36 +555,17 @@ def main() -> int:
         print(f"      {why}")
         return SKIP
 
-    prof = profile_workload()
-    print(f"profile: {prof!r}")
     with tempfile.TemporaryDirectory(prefix="eventide-browser-") as tmp:
         tmp_dir = Path(tmp)
-        page = tmp_dir / "timeline.html"
-        prof.export_timeline(page)
-        html = page.read_text(encoding="utf-8")
-        check("</body>" in html, "the page has no </body>")
-        probe = tmp_dir / "measure.html"
-        probe.write_text(html.replace("</body>", MEASURE_SCRIPT + "</body>", 1), encoding="utf-8")
-        if args.save_html:
-            shutil.copyfile(page, args.save_html)
-
-        dom = run_chromium(chromium, tmp_dir / "profile-dom",
-                           [f"--window-size={WINDOW_WIDTH},900", "--dump-dom", probe.as_uri()])
-        layout = check_dom(dom, prof)
-        print(f"DOM: {len(layout['bars'])} bars on {len(layout['rows'])} rows, "
-              f"page {layout['page']['w']}x{layout['page']['h']} px")
-
-        height = int(layout["page"]["h"]) + 8
-        shot = tmp_dir / "timeline.png"
-        run_chromium(chromium, tmp_dir / "profile-shot",
-                     [f"--window-size={WINDOW_WIDTH},{height}", f"--screenshot={shot}", page.as_uri()])
-        check(shot.exists(), "chromium wrote no screenshot")
-        png = shot.read_bytes()
-        if args.save_png:
-            shutil.copyfile(shot, args.save_png)
-        counts = check_picture(png, layout)
-        print("picture: " + ", ".join(f"{c} {n} px" for c, n in sorted(counts.items())))
-    print(f"PASS: the timeline page of {len(prof.ops)} ops, drawn by {chromium}")
+        small = profile_workload()
+        print(f"small profile: {small!r}")
+        check_one(chromium, tmp_dir, "small", small, args, None)
+        big = big_workload(BIG_OPS)
+        adds = sum(op["name"] == "add" for op in big.ops)
+        check(adds == BIG_OPS and len(big.ops) <= BIG_OPS + BIG_OPS // 500,
+              f"the big profile has {adds} adds and {len(big.ops)} ops, not {BIG_OPS} adds")
+        check_one(chromium, tmp_dir, "big", big, args, PAGE_BYTES_PER_OP * len(big.ops) + PAGE_FIXED_BYTES)
+    print(f"PASS: the timeline pages of {len(small.ops)} and {BIG_OPS} ops, drawn by {chromium}")
     return 0
 
 

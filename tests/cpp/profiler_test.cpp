@@ -548,7 +548,7 @@ TEST(ProfilerTest, ChromeTraceFollowsTheTraceEventFormat) {
   });
 }
 
-TEST(ProfilerTest, TimelinePageIsSelfContainedWithABarPerOp) {
+TEST(ProfilerTest, TimelinePageIsSelfContainedWithItsDataAndABarPerOp) {
   run_with_deadline([] {
     ev::Profile p = rich_profile();
     const std::string html = p.timeline_html();
@@ -557,6 +557,14 @@ TEST(ProfilerTest, TimelinePageIsSelfContainedWithABarPerOp) {
       for (std::size_t at = html.find(needle); at != std::string::npos; at = html.find(needle, at + 1)) ++n;
       return n;
     };
+    // The data the page's script draws: one JSON element, readable as it is.
+    const std::string open = "<script type=\"application/json\" id=\"eventide-timeline-data\">";
+    ASSERT_EQ(count(open), 1u);
+    const std::size_t from = html.find(open) + open.size();
+    const std::size_t to = html.find("</script>", from);
+    ASSERT_NE(to, std::string::npos);
+    const json data = json::parse(html.substr(from, to - from));
+    const json& texts = data["texts"];
     std::size_t timed_ops = 0, timed_waits = 0;
     std::set<std::string> streams;
     for (const ev::ProfiledOp& op : p.ops()) {
@@ -564,20 +572,38 @@ TEST(ProfilerTest, TimelinePageIsSelfContainedWithABarPerOp) {
       (op.is_wait ? timed_waits : timed_ops) += 1;
       streams.insert(op.stream);
     }
-    EXPECT_EQ(count("<rect class=\"op"), timed_ops);
-    EXPECT_EQ(count("<rect class=\"wait"), timed_waits);
-    EXPECT_EQ(count("<g class=\"row\" data-kind=\"stream\""), streams.size());
-    for (const std::string& s : streams) EXPECT_NE(html.find("data-stream=\"" + s + "\""), std::string::npos);
-    EXPECT_GE(count("<title>"), timed_ops + timed_waits + p.host_waits().size() + p.callbacks().size());
-    EXPECT_NE(html.find("<marker id=\"arrow\""), std::string::npos);
-    EXPECT_GE(count("marker-end=\"url(#arrow)\""), 1u);
-    EXPECT_NE(html.find("f32[16, 16], f32[16, 16] -&gt; f32[16, 16]"), std::string::npos);
-    EXPECT_NE(html.find("kaput"), std::string::npos) << "the failed op's error is in its details";
-    // Self-contained: nothing is fetched (the SVG namespace is a name, not a fetch).
+    std::size_t ops = 0, waits = 0;
+    bool failed_with_error = false;
+    for (const json& b : data["bars"]) {
+      const std::string kind = data["kinds"][b[1].get<int>()];
+      ops += kind == "op";
+      waits += kind == "wait";
+      EXPECT_GE(b[5].get<std::int64_t>(), 0) << "a bar of negative duration";
+      if ((b[10].get<int>() & 1) && b[9].get<int>() >= 0) {
+        failed_with_error |= texts[b[9].get<int>()].get<std::string>().find("kaput") != std::string::npos;
+      }
+    }
+    EXPECT_EQ(ops, timed_ops);
+    EXPECT_EQ(waits, timed_waits);
+    std::set<std::string> lanes;
+    for (const json& l : data["lanes"]) {
+      if (l["kind"] == "stream") lanes.insert(l["key"].get<std::string>());
+    }
+    EXPECT_EQ(lanes, streams);
+    EXPECT_GE(data["arrows"].size(), 1u);
+    bool detail = false;
+    for (const json& t : texts) detail |= t.get<std::string>() == "f32[16, 16], f32[16, 16] -> f32[16, 16]";
+    EXPECT_TRUE(detail) << "the ops' details are in the page's texts";
+    EXPECT_TRUE(failed_with_error) << "the failed op is flagged, with its error";
+    EXPECT_TRUE(data["unit"] == "µs" || data["unit"] == "ms");
+    // No element per op: the page's size does not grow by one element per bar.
+    EXPECT_EQ(count("<rect"), 0u);
+    EXPECT_EQ(count("<canvas"), 1u);
+    // Self-contained: nothing is fetched.
     EXPECT_EQ(html.find("<script src"), std::string::npos);
     EXPECT_EQ(html.find("<link"), std::string::npos);
     EXPECT_EQ(html.find("@import"), std::string::npos);
-    EXPECT_EQ(count("http"), count("xmlns=\"http://www.w3.org/2000/svg\""));
+    EXPECT_EQ(count("http"), 0u);
   });
 }
 

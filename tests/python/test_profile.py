@@ -12,6 +12,7 @@ every test here stops what it starts (a ``with`` block, or ``try/finally`` aroun
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter, defaultdict
@@ -891,7 +892,7 @@ class TestChromeTrace:
         assert t.slices == [] and t.flows == [] and t.marks == []
         prof.export_timeline(tmp_path / "empty.html")
         page = TimelinePage.parse((tmp_path / "empty.html").read_text(encoding="utf-8"))
-        assert page.svg_count == 1
+        assert page.canvas_count == 1
         assert page.bars("op", "wait", "hostwait", "callback") == [] and page.arrows() == []
         assert "No ops were recorded." in page.text
 
@@ -899,62 +900,79 @@ class TestChromeTrace:
 # --- the timeline page -----------------------------------------------------------------------
 
 class TimelinePage(HTMLParser):
-    """The elements of the timeline page that the tests look at: rects (bars, with the label
-    drawn on each, if any), rows, arrows, the text."""
+    """What the timeline page holds: its data (the JSON its script draws from, read back into
+    one dict per bar, with the keys the page's elements used to carry), its canvas and
+    scripts, and its text."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.rects: list = []
-        self.rows: list = []
-        self.paths: list = []
-        self.ticks: list = []
-        self.svg_count = 0
+        self.canvas_count = 0
+        self.scripts: list = []
         self.text = ""
-        self._in_text: "dict | None" = None
+        self._script: "dict | None" = None
+        self.data: dict = {}
 
     @classmethod
     def parse(cls, html: str) -> "TimelinePage":
         page = cls()
         page.feed(html)
         page.close()
+        found = [s for s in page.scripts if s["attrs"].get("id") == "eventide-timeline-data"]
+        assert len(found) == 1, "the page has no data element"
+        page.data = json.loads(found[0]["text"])
         return page
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
-        a = dict(attrs)
-        classes = a.get("class", "").split()
-        if tag == "svg":
-            self.svg_count += 1
-        elif tag == "rect":
-            self.rects.append(a)
-        elif tag == "g" and "row" in classes:
-            self.rows.append(a)
-        elif tag == "path":
-            self.paths.append(a)
-        elif tag == "text":
-            self._in_text = {"class": classes, "text": ""}
-
-    def handle_startendtag(self, tag: str, attrs: list) -> None:
-        self.handle_starttag(tag, attrs)
+        if tag == "canvas":
+            self.canvas_count += 1
+        elif tag == "script":
+            self._script = {"attrs": dict(attrs), "text": ""}
 
     def handle_endtag(self, tag: str) -> None:
-        if tag != "text" or self._in_text is None:
-            return
-        if "bar-label" in self._in_text["class"]:
-            self.rects[-1]["label"] = self._in_text["text"]  # drawn right after its bar
-        elif "tick" in self._in_text["class"]:
-            self.ticks.append(self._in_text["text"])
-        self._in_text = None
+        if tag == "script" and self._script is not None:
+            self.scripts.append(self._script)
+            self._script = None
 
     def handle_data(self, data: str) -> None:
-        self.text += data
-        if self._in_text is not None:
-            self._in_text["text"] += data
+        if self._script is not None:
+            self._script["text"] += data
+        else:
+            self.text += data
 
-    def bars(self, *classes: str) -> list:
-        return [r for r in self.rects if set(r.get("class", "").split()) & set(classes)]
+    @property
+    def unit(self) -> str:
+        return self.data["unit"]
+
+    def all_bars(self) -> list:
+        d = self.data
+        texts = d["texts"]
+        out = []
+        for i, (lane, kind, colour, label, start, dur, id_, seq, detail, error, flags) in enumerate(d["bars"]):
+            kind = d["kinds"][kind]
+            b = {"index": i, "class": kind + (" failed" if flags & 1 else ""), "kind": kind,
+                 "lane": d["lanes"][lane], "fill": None if colour < 0 else d["colours"][colour],
+                 "label": None if label < 0 else texts[label], "start-ns": start, "dur-ns": dur,
+                 "data-dur-us": dur / 1000, "flags": flags}
+            if kind in ("op", "wait"):
+                b.update({"data-id": str(id_), "data-name": texts[label] if kind == "op" else None,
+                          "data-stream": d["lanes"][lane]["key"], "seq": seq,
+                          "detail": None if detail < 0 else texts[detail],
+                          "error": None if error < 0 else texts[error]})
+            else:
+                b.update({"data-event": str(id_), "data-thread": d["lanes"][lane]["key"]})
+            out.append(b)
+        return out
+
+    def bars(self, *kinds: str) -> list:
+        return [b for b in self.all_bars() if b["kind"] in kinds]
+
+    @property
+    def rows(self) -> list:
+        return [{"data-kind": lane["kind"], "data-stream" if lane["kind"] == "stream" else "data-thread": lane["key"]}
+                for lane in self.data["lanes"]]
 
     def arrows(self) -> list:
-        return [p for p in self.paths if "dep" in p.get("class", "").split()]
+        return self.data["arrows"]
 
 
 class TestTimeline:
@@ -966,9 +984,9 @@ class TestTimeline:
         assert (tmp_path / "a.html").read_text(encoding="utf-8") == html
         assert (tmp_path / "b.html").read_text(encoding="utf-8") == html
         assert html.startswith("<!DOCTYPE html>")
-        assert TimelinePage.parse(html).svg_count == 1
+        assert TimelinePage.parse(html).canvas_count == 1
 
-    def test_one_bar_per_op_and_a_row_per_stream(self, gate: Gate):
+    def test_one_bar_per_op_and_a_lane_per_stream(self, gate: Gate):
         prof = busy_profile(gate)
         page = TimelinePage.parse(prof.timeline_html())
         bars = page.bars("op", "wait")
@@ -977,48 +995,72 @@ class TestTimeline:
         by_id = op_by_id(prof)
         for b in bars:
             op = by_id[int(b["data-id"])]
-            assert float(b["width"]) > 0
-            assert b["data-name"] == op["name"] and b["data-stream"] == op["stream"]
-            assert ("wait" in b["class"].split()) == op["is_wait"]
-            assert float(b["data-dur-us"]) == pytest.approx(op["duration_us"], abs=1e-3)
+            assert b["data-stream"] == op["stream"] and b["seq"] == op["seq"]
+            assert (b["kind"] == "wait") == op["is_wait"]
+            if not op["is_wait"]:
+                assert b["data-name"] == op["name"]
+            assert b["data-dur-us"] == pytest.approx(op["duration_us"], abs=1e-3)
+            assert b["start-ns"] / 1000 == pytest.approx(op["start_us"], abs=1e-3)
         stream_rows = [r["data-stream"] for r in page.rows if r["data-kind"] == "stream"]
         assert sorted(stream_rows) == sorted({op["stream"] for op in prof.ops})
         host_rows = [r["data-thread"] for r in page.rows if r["data-kind"] == "host"]
         assert len(host_rows) == len({h["thread"] for h in prof.host_waits} | {c["thread"] for c in prof.callbacks})
         assert len(page.bars("hostwait")) == len(prof.host_waits)
         assert len(page.bars("callback")) == len(prof.callbacks)
-        # One colour per op name, a different one for each name.
+        # One colour per op name, a different one for each name; waits hatched (no colour).
         fills = defaultdict(set)
         for b in page.bars("op"):
             fills[b["data-name"]].add(b["fill"])
         assert all(len(f) == 1 for f in fills.values())
         assert len({next(iter(f)) for f in fills.values()}) == len(fills) == 3
+        assert all(b["fill"] is None for b in page.bars("wait"))
 
     def test_an_arrow_per_dependency(self, gate: Gate):
         prof = busy_profile(gate)
-        arrows = TimelinePage.parse(prof.timeline_html()).arrows()
+        page = TimelinePage.parse(prof.timeline_html())
+        arrows = page.arrows()
         n_deps = sum(len(op["waits_for"]) for op in prof.ops)
         assert len(arrows) == n_deps + finished_host_wait_arrows(prof) + len(prof.callbacks)
-        assert all(p["marker-end"] == "url(#arrow)" for p in arrows)
+        bars = page.all_bars()
+        for frm, to, _at_end, to_host in arrows:
+            assert bars[frm]["kind"] == "op"
+            assert (bars[to]["kind"] in ("hostwait", "callback")) == bool(to_host)
 
-    def test_labels_in_microseconds(self, gate: Gate):
+    def test_one_unit_for_the_whole_page(self, gate: Gate):
         prof = busy_profile(gate)
         page = TimelinePage.parse(prof.timeline_html())
         waits = sum(op["is_wait"] for op in prof.ops)
         streams = len({op["stream"] for op in prof.ops})
         assert f"{len(prof.ops) - waits} ops, {waits} wait on {streams} streams" in page.text
         assert f"{len(prof.records)} records · " in page.text
-        # The axis: ticks in one unit, increasing.
-        units = {tick.split()[-1] for tick in page.ticks}
-        assert len(units) == 1 and units <= {"µs", "ms", "s"}
-        values = [float(tick.split()[0]) for tick in page.ticks[::2]]  # each above and below
-        assert page.ticks[::2] == page.ticks[1::2] and values == sorted(values) and len(values) >= 2
-        # A bar's label, where it fits, is its duration ("[name ]12.5 µs").
-        labelled = [b for b in page.rects if "label" in b]
-        assert labelled  # the host wait at least is wide enough
-        for b in labelled:
-            *name, number, unit = b["label"].split()
-            assert unit == "µs"
-            assert name in ([], [b.get("data-name", "wait" if "hostwait" in b["class"] else "callback")])
-            decimals = len(number.partition(".")[2])
-            assert float(number) == pytest.approx(float(b["data-dur-us"]), abs=0.5 * 10 ** -decimals + 1e-3)
+        # The unit follows the span drawn (µs under 10 ms, else ms), and every time written
+        # on the page is in it.
+        span_ns = page.data["t1"] - page.data["t0"]
+        assert span_ns > 0
+        assert page.unit == ("µs" if span_ns < 10_000_000 else "ms")
+        assert page.data["ns_per_unit"] == {"µs": 1000, "ms": 1_000_000}[page.unit]
+        assert f"times in {page.unit}" in page.text
+        written = re.findall(r"\d(?:[\d.]*) (µs|ms|ns|s)\b", page.text)
+        assert written and set(written) == {page.unit}, written
+
+    def test_a_short_profile_is_drawn_in_microseconds(self):
+        a = ready(8, 8)
+        with ev.profile() as prof:
+            wait(ev.add(a, a))
+        page = TimelinePage.parse(prof.timeline_html())
+        assert page.data["t1"] - page.data["t0"] < 10_000_000
+        assert page.unit == "µs" and page.data["ns_per_unit"] == 1000
+        written = re.findall(r"\d(?:[\d.]*) (µs|ms|ns|s)\b", page.text)
+        assert written and set(written) == {"µs"}, written
+
+    def test_a_long_profile_is_drawn_in_milliseconds(self):
+        a = ready(8, 8)
+        with ev.profile() as prof:
+            wait(ev.add(a, a))
+            time.sleep(0.02)
+            wait(ev.add(a, a))
+        page = TimelinePage.parse(prof.timeline_html())
+        assert page.data["t1"] - page.data["t0"] >= 10_000_000
+        assert page.unit == "ms" and page.data["ns_per_unit"] == 1_000_000
+        written = re.findall(r"\d(?:[\d.]*) (µs|ms|ns|s)\b", page.text)
+        assert written and set(written) == {"ms"}, written

@@ -1,6 +1,7 @@
 // `eventide bench`: the suite of bench/measure/ (each figure beside its anchor, measured in
 // this process, in this run) with a progress bar on stderr; then the table on stdout, and
-// bench.json, bench.md and bench.svg in --out.
+// bench.json, bench.md and bench.svg in --out (default ./eventide-bench). `--from FILE`
+// redraws bench.md and bench.svg from a bench.json instead of measuring.
 #include <time.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <thread>
@@ -80,6 +82,67 @@ bool write_file(const fs::path& path, const std::string& text) {
   return true;
 }
 
+// Makes `dir` (and its parents); false, having said why, if it cannot be made.
+bool make_folder(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
+    std::fprintf(stderr, "eventide bench: cannot make the folder %s: %s\n", dir.c_str(),
+                 ec ? ec.message().c_str() : "a file of that name exists");
+    return false;
+  }
+  return true;
+}
+
+// bench.json (unless `json` is false: it is the input), bench.md and bench.svg, all from `run`.
+bool write_reports(const fs::path& dir, bool is_default, const BenchRun& run, bool json) {
+  bool written = (!json || write_file(dir / "bench.json", report_json(run))) &&
+                 write_file(dir / "bench.md", report_markdown(run)) &&
+                 write_file(dir / "bench.svg", report_svg(run));
+  if (!written) return false;
+  if (json) {
+    std::printf("Wrote %s, %s and %s.\n", (dir / "bench.json").c_str(), (dir / "bench.md").c_str(),
+                (dir / "bench.svg").c_str());
+  } else {
+    std::printf("Wrote %s and %s.\n", (dir / "bench.md").c_str(), (dir / "bench.svg").c_str());
+  }
+  if (is_default) {
+    std::error_code ec;
+    const fs::path where = fs::absolute(dir, ec);
+    std::printf("(The default folder, %s; --out DIR writes elsewhere.)\n",
+                (ec ? dir : where).c_str());
+  }
+  return true;
+}
+
+std::string read_file(const fs::path& path, bool* ok) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  *ok = static_cast<bool>(in) || in.eof();
+  if (!in.is_open()) *ok = false;
+  return text;
+}
+
+int redraw(const BenchOptions& options, const fs::path& out_dir, bool is_default) {
+  bool ok = false;
+  const std::string text = read_file(*options.from, &ok);
+  if (!ok) {
+    std::fprintf(stderr, "eventide bench: cannot read %s: %s\n", options.from->c_str(),
+                 std::strerror(errno));
+    return kExitFailed;
+  }
+  BenchRun run;
+  try {
+    run = read_report_json(text);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "eventide bench: %s: %s\n", options.from->c_str(), e.what());
+    return kExitFailed;
+  }
+  if (!make_folder(out_dir)) return kExitFailed;
+  std::printf("%s", bench::markdown_table(run.figures).c_str());
+  return write_reports(out_dir, is_default, run, false) ? kExitOk : kExitFailed;
+}
+
 std::string names_of(const std::vector<bench::Benchmark>& suite) {
   std::string names;
   for (const bench::Benchmark& b : suite) names += (names.empty() ? "" : ", ") + b.name;
@@ -89,6 +152,9 @@ std::string names_of(const std::vector<bench::Benchmark>& suite) {
 }  // namespace
 
 int run_bench(const BenchOptions& options) {
+  const bool default_dir = !options.out_dir;
+  const fs::path out_dir = options.out_dir ? fs::path(*options.out_dir) : fs::path(kDefaultBenchDir);
+  if (options.from) return redraw(options, out_dir, default_dir);
   std::vector<bench::Benchmark> suite;
   try {
     suite = bench::suite_for({options.device, options.quick});
@@ -118,17 +184,7 @@ int run_bench(const BenchOptions& options) {
     return kExitOk;
   }
   // Make the output folder first: finding out it cannot be written after the run would waste it.
-  fs::path out_dir;
-  if (options.out_dir) {
-    out_dir = *options.out_dir;
-    std::error_code ec;
-    fs::create_directories(out_dir, ec);
-    if (ec || !fs::is_directory(out_dir)) {
-      std::fprintf(stderr, "eventide bench: cannot make the folder %s: %s\n", out_dir.c_str(),
-                   ec ? ec.message().c_str() : "a file of that name exists");
-      return kExitFailed;
-    }
-  }
+  if (!make_folder(out_dir)) return kExitFailed;
 
   BenchRun run;
   run.version = std::string(version());
@@ -169,16 +225,7 @@ int run_bench(const BenchOptions& options) {
   for (const std::string& f : run.failures) std::printf("FAILED: %s\n", f.c_str());
   std::printf("Load average before %s, after %s.\n", run.load_before.c_str(), run.load_after.c_str());
 
-  bool written = true;
-  if (options.out_dir) {
-    written = write_file(out_dir / "bench.json", report_json(run)) &&
-              write_file(out_dir / "bench.md", report_markdown(run)) &&
-              write_file(out_dir / "bench.svg", report_svg(run));
-    if (written) {
-      std::printf("Wrote %s, %s and %s.\n", (out_dir / "bench.json").c_str(),
-                  (out_dir / "bench.md").c_str(), (out_dir / "bench.svg").c_str());
-    }
-  }
+  const bool written = write_reports(out_dir, default_dir, run, true);
   return run.failures.empty() && written ? kExitOk : kExitFailed;
 }
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 namespace eventide::cli {
 
@@ -31,6 +33,21 @@ nlohmann::ordered_json bar_json(const Bar& b) {
   j["value"] = b.value;
   if (b.p99) j["p99"] = *b.p99;
   return j;
+}
+
+Unit unit_of(const std::string& name) {
+  for (Unit u : {Unit::ns, Unit::gflops, Unit::tflops}) {
+    if (name == unit_name(u)) return u;
+  }
+  throw std::runtime_error("unknown unit \"" + name + "\" (ns, GFLOP/s or TFLOP/s)");
+}
+
+Bar bar_of(const nlohmann::json& j) {
+  Bar b;
+  b.label = j.at("label").get<std::string>();
+  b.value = j.at("value").get<double>();
+  if (j.contains("p99") && !j["p99"].is_null()) b.p99 = j["p99"].get<double>();
+  return b;
 }
 
 std::size_t goals_met(const BenchRun& run, std::size_t* goals) {
@@ -71,6 +88,7 @@ std::string report_json(const BenchRun& run) {
     x["title"] = f.title;
     x["unit"] = unit_name(f.unit);
     x["lower_is_better"] = bench::lower_is_better(f.unit);
+    x["show_p99"] = f.show_p99;
     x["eventide"] = bar_json(f.ours);
     x["anchors"] = nlohmann::ordered_json::array();
     for (const Bar& a : f.anchors) x["anchors"].push_back(bar_json(a));
@@ -87,6 +105,56 @@ std::string report_json(const BenchRun& run) {
   return j.dump(2) + "\n";
 }
 
+BenchRun read_report_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(std::string("not JSON: ") + e.what());
+  }
+  BenchRun run;
+  std::string where = "the run";
+  try {
+    auto text_of = [&](const char* key, std::string& out) {
+      if (j.contains(key) && j[key].is_string()) out = j[key].get<std::string>();
+    };
+    text_of("eventide", run.version);
+    text_of("device", run.device);
+    text_of("device_name", run.device_name);
+    text_of("device_description", run.device_description);
+    text_of("host", run.host);
+    text_of("date", run.date);
+    text_of("command", run.command_line);
+    text_of("load_before", run.load_before);
+    text_of("load_after", run.load_after);
+    if (j.contains("quick")) run.quick = j["quick"].get<bool>();
+    if (j.contains("filter") && j["filter"].is_string()) run.filter = j["filter"].get<std::string>();
+    if (j.contains("seconds")) run.seconds = j["seconds"].get<double>();
+    for (const auto& x : j.at("figures")) {
+      Figure f;
+      f.name = x.at("name").get<std::string>();
+      where = "figure \"" + f.name + "\"";
+      f.title = x.at("title").get<std::string>();
+      f.unit = unit_of(x.at("unit").get<std::string>());
+      f.show_p99 = x.value("show_p99", false);
+      f.ours = bar_of(x.at("eventide"));
+      for (const auto& a : x.at("anchors")) f.anchors.push_back(bar_of(a));
+      if (x.contains("ratio") && !x["ratio"].is_null()) f.ratio = x["ratio"].get<double>();
+      f.goal = x.value("goal", std::string("-"));
+      if (x.contains("goal_value") && !x["goal_value"].is_null()) f.goal_value = x["goal_value"].get<double>();
+      if (x.contains("met") && !x["met"].is_null()) f.met = x["met"].get<bool>();
+      f.note = x.value("note", std::string());
+      if (x.contains("values")) f.values = x["values"].get<std::map<std::string, double>>();
+      run.figures.push_back(std::move(f));
+    }
+    where = "the run";
+    if (j.contains("failures")) run.failures = j["failures"].get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error("not a bench.json: " + where + ": " + e.what());
+  }
+  return run;
+}
+
 std::string report_markdown(const BenchRun& run) {
   std::string md = "# eventide bench\n\n";
   md += "`" + run.command_line + "`: eventide " + run.version + " on " + run.device;
@@ -98,8 +166,8 @@ std::string report_markdown(const BenchRun& run) {
   md += ", " + std::string(took) + ". Load average before " + run.load_before + ", after " +
         run.load_after + ".\n\n";
   md += "Every anchor was measured in the same process, in this run; the goals are the "
-        "project's (docs/PERFORMANCE.md). Times are p50 unless a p99 is given "
-        "(\"p50 / p99\").\n\n";
+        "project's (docs/PERFORMANCE.md). Times read \"p50 / p99\"; the chart (bench.svg) "
+        "draws the same figures from the same bench.json.\n\n";
   if (!run.device_description.empty()) md += "Device: " + run.device_description + "\n\n";
   md += bench::markdown_table(run.figures);
   if (!run.failures.empty()) {
@@ -236,7 +304,11 @@ std::string panel(const std::string& heading, const std::vector<const Figure*>& 
       }
     };
     see(f->ours.value);
-    for (const Bar& a : f->anchors) see(a.value);
+    if (f->ours.p99) see(*f->ours.p99);
+    for (const Bar& a : f->anchors) {
+      see(a.value);
+      if (a.p99) see(*a.p99);
+    }
     if (f->goal_value) see(*f->goal_value);
   }
   if (max <= 0) return {};
@@ -291,23 +363,42 @@ std::string panel(const std::string& heading, const std::vector<const Figure*>& 
     for (std::size_t i = 0; i < bars.size(); ++i) {
       const Bar& b = *bars[i];
       const bool ours = i == 0;
-      const double x1 = scale.x(b.value);
+      // The bar is at least a pixel long, so that a value at the axis' start shows.
+      const double x1 = kBarLeft + std::max(1.0, scale.x(b.value) - kBarLeft);
       const double by = y + (kRow - kBarHeight) / 2;
+      // The text is the table's (bench::markdown_table): "p50 / p99", then the ratio.
       std::string value = bench::format_value(unit, b.value);
+      if (b.p99) value += " / " + bench::format_value(unit, *b.p99);
       if (ours && f->ratio) {
         char buf[32];
         std::snprintf(buf, sizeof buf, " (%.1f%%)", 100 * *f->ratio);
         value += buf;
       }
-      std::string tip = b.label + ": " + value;
-      if (b.p99) tip += ", p99 " + bench::format_value(unit, *b.p99);
+      std::string tip = b.label + ": " + (b.p99 ? "p50 / p99 " : "") + value;
+      // The figure and series name each drawn thing, so that a reader (or a test) can tie
+      // the picture to bench.json and bench.md.
+      std::string data = " data-figure=\"" + xml_escape(f->name) + "\" data-series=\"" +
+                         xml_escape(ours ? std::string("eventide") : b.label) + "\"";
       s += "<text class=\"label" + std::string(ours ? " ours" : "") + "\" x=\"" + num(kLabelRight) +
            "\" y=\"" + num(y + 13) + "\">" + xml_escape(clip(b.label, 56)) + "</text>\n";
-      s += "<rect class=\"bar\" x=\"" + num(kBarLeft) + "\" y=\"" + num(by) + "\" width=\"" +
-           num(std::max(1.0, x1 - kBarLeft)) + "\" height=\"" + num(kBarHeight) + "\" fill=\"" +
+      s += "<rect class=\"bar\" data-stat=\"" + std::string(b.p99 ? "p50" : "value") + "\"" + data +
+           " data-value=\"" + std::to_string(b.value) + "\" x=\"" + num(kBarLeft) + "\" y=\"" + num(by) +
+           "\" width=\"" + num(x1 - kBarLeft) + "\" height=\"" + num(kBarHeight) +
+           "\" fill=\"" +
            (ours ? std::string("#1f6fb2") : std::string(kAnchorColors[std::min<std::size_t>(i - 1, 2)])) +
            "\"><title>" + xml_escape(tip) + "</title></rect>\n";
-      s += "<text class=\"value\" x=\"" + num(x1 + 6) + "\" y=\"" + num(y + 13) + "\">" +
+      double text_x = x1;
+      if (b.p99) {
+        // The p99: a whisker from the bar's end (the p50) to a cap at the p99.
+        const double x99 = std::max(x1, scale.x(*b.p99));
+        const double mid = by + kBarHeight / 2;
+        s += "<path class=\"p99\" data-stat=\"p99\"" + data + " data-value=\"" +
+             std::to_string(*b.p99) + "\" d=\"M" + num(x1) + "," + num(mid) + " H" + num(x99) + " M" +
+             num(x99) + "," + num(by - 1) + " V" + num(by + kBarHeight + 1) + "\"><title>" +
+             xml_escape(b.label + ": p99 " + bench::format_value(unit, *b.p99)) + "</title></path>\n";
+        text_x = std::max(x1, x99);
+      }
+      s += "<text class=\"value\"" + data + " x=\"" + num(text_x + 6) + "\" y=\"" + num(y + 13) + "\">" +
            xml_escape(value) + "</text>\n";
       y += kRow;
     }
@@ -351,10 +442,13 @@ std::string report_svg(const BenchRun& run) {
           "<rect x=\"110\" y=\"58\" width=\"14\" height=\"10\" fill=\"#8d99a6\"/>"
           "<text class=\"legend\" x=\"130\" y=\"67\">anchors (what eventide replaces)</text>\n"
           "<line class=\"goal\" x1=\"345\" y1=\"56\" x2=\"345\" y2=\"70\"/>"
-          "<text class=\"legend\" x=\"352\" y=\"67\">the project's goal</text>\n";
+          "<text class=\"legend\" x=\"352\" y=\"67\">the project's goal</text>\n"
+          "<rect x=\"470\" y=\"58\" width=\"22\" height=\"10\" fill=\"#8d99a6\"/>"
+          "<path class=\"p99\" d=\"M492,63 H510 M510,56 V70\"/>"
+          "<text class=\"legend\" x=\"518\" y=\"67\">times: the bar ends at the p50, "
+          "the whisker at the p99</text>\n";
   y = 74;
-  body += panel("Time per call or wake-up, p50" +
-                    std::string(times.empty() ? "" : " (shorter is better)"),
+  body += panel("Time per call or wake-up: p50 (bar) and p99 (whisker), shorter is better",
                 times, Unit::ns, y);
   body += panel(std::string("Throughput, ") + unit_name(throughput_unit) + " (longer is better)",
                 throughputs, throughput_unit, y);
@@ -383,6 +477,7 @@ std::string report_svg(const BenchRun& run) {
          "  .label.ours { fill: #1f6fb2; font-weight: 600; }\n"
          "  .tick { text-anchor: middle; fill: #57606a; font-size: 10px; }\n"
          "  .grid { stroke: #d8dee4; stroke-width: 1; }\n"
+         "  .p99 { stroke: #24292f; stroke-width: 1.5; fill: none; }\n"
          "  .goal { stroke: #cf222e; stroke-width: 1.5; stroke-dasharray: 4 3; }\n"
          "</style>\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";

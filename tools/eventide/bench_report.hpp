@@ -1,6 +1,11 @@
 // What `eventide bench` writes: the run as JSON (every number), as Markdown (the table of
 // ours beside the anchors) and as an SVG bar chart (self-contained: no scripts, fonts or
 // links; it goes into docs/PERFORMANCE.md). Pure functions of the run; no I/O.
+//
+// The table and the chart are drawn from the same BenchRun, and read_report_json gives back
+// the BenchRun of a bench.json, so `eventide bench --from bench.json` redraws both from one
+// file: what the docs show side by side always comes from one run. Times are drawn as a bar
+// to the p50 and a whisker to the p99, and the table writes them "p50 / p99".
 #pragma once
 
 #include <optional>
@@ -30,5 +35,9 @@ struct BenchRun {
 std::string report_json(const BenchRun& run);
 std::string report_markdown(const BenchRun& run);
 std::string report_svg(const BenchRun& run);
+
+// The run that report_json wrote (fields it lacks keep BenchRun's defaults). Throws
+// std::runtime_error naming the field when the text is not such a JSON.
+BenchRun read_report_json(const std::string& text);
 
 }  // namespace eventide::cli

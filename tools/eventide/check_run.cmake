@@ -9,7 +9,7 @@
 #   markdown    `eventide bench`'s table
 #   svg         `eventide bench`'s chart: one SVG document with at least two bars
 #   trace       a Chrome trace: parses as JSON, with trace events
-#   timeline    the profile's page: HTML with an SVG in it
+#   timeline    the profile's page: HTML with its canvas and its data
 string(REPLACE "," ";" args "${ARGS}")
 string(REPLACE "|" ";" files "${CHECK_FILES}")
 foreach(entry IN LISTS files)
@@ -82,8 +82,9 @@ foreach(entry IN LISTS files)
     endif()
   elseif(kind STREQUAL "timeline")
     string(TOLOWER "${content}" lower)
-    if(NOT lower MATCHES "<html" OR NOT lower MATCHES "<svg")
-      string(APPEND problems "${kind}: ${path} is not an HTML page with an SVG\n")
+    if(NOT lower MATCHES "<html" OR NOT lower MATCHES "<canvas" OR
+       NOT content MATCHES "<script type=\"application/json\" id=\"eventide-timeline-data\">")
+      string(APPEND problems "${kind}: ${path} is not an HTML page with a canvas and its data\n")
     endif()
   else()
     string(APPEND problems "unknown file kind '${kind}' in CHECK_FILES\n")

@@ -41,15 +41,22 @@ struct BenchOptions {
   Device device;
   bool quick = false;
   std::optional<std::string> filter;   // ECMAScript regex, searched in each benchmark's name
-  std::optional<std::string> out_dir;  // where bench.json, bench.md and bench.svg go
+  // Where bench.json, bench.md and bench.svg go; none: kDefaultBenchDir, in the current folder.
+  std::optional<std::string> out_dir;
+  // A bench.json to draw the table and chart from again, instead of measuring.
+  std::optional<std::string> from;
   bool list = false;                   // list the benchmarks that would run, run nothing
   std::string command_line;            // as typed, for the report
 };
+
+inline constexpr const char* kDefaultBenchDir = "eventide-bench";
 
 // Runs the benchmark suite of `options.device` (each figure beside its anchor, in this
 // process), with a progress bar on stderr; prints the table and writes the files. kExitOk
 // when every benchmark ran (goals missed are figures, not failures), kExitUsage when the
 // filter matches none, kExitFailed when a benchmark threw or a file could not be written.
+// With `options.from`, measures nothing: reads that bench.json and writes the table and the
+// chart of that run (kExitFailed if it cannot be read or is not a bench.json).
 int run_bench(const BenchOptions& options);
 
 }  // namespace eventide::cli

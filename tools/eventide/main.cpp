@@ -178,10 +178,18 @@ int main(int argc, char** argv) {
                     "run only the benchmarks whose name matches (regex search; see --list)")
       ->check(regex_syntax());
   bench->add_option("--out", bench_options.out_dir,
-                    "write bench.json, bench.md and bench.svg into DIR (made if missing)")
+                    std::string("write bench.json, bench.md and bench.svg into DIR (made if "
+                                "missing); default: ./") + cli::kDefaultBenchDir)
       ->type_name("DIR");
-  bench->add_flag("--list", bench_options.list, "list the benchmarks and run nothing");
-  bench->footer("Goals missed are reported in the table, not in the exit status.");
+  CLI::Option* list = bench->add_flag("--list", bench_options.list, "list the benchmarks and run nothing");
+  CLI::Option* from = bench->add_option(
+      "--from", bench_options.from,
+      "measure nothing: draw bench.md and bench.svg again from this bench.json, into --out");
+  from->type_name("FILE")->check(CLI::ExistingFile.description(""));
+  from->excludes(list)->excludes("--quick")->excludes("--filter");
+  bench->footer("Times are p50 / p99: the table writes both, the chart draws a bar to the p50 and "
+                "a whisker to the p99.\nGoals missed are reported in the table, not in the exit "
+                "status.");
 
   CLI::App* info = app.add_subcommand("info", "list the devices, the default device and the version");
   CLI::App* version_command = app.add_subcommand("version", "print the version");
@@ -206,6 +214,7 @@ int main(int argc, char** argv) {
       demo_options.device = *d;
       return cli::run_demo(demo_options);
     }
+    if (bench->parsed() && bench_options.from) return cli::run_bench(bench_options);
     if (bench->parsed()) {
       std::optional<ev::Device> d = resolve_device(bench_device);
       if (!d) return cli::kExitUsage;
