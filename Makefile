@@ -76,8 +76,11 @@ soak: all
 	  EVENTIDE_SOAK_ROUNDS=2000 $(PYTHON) -m pytest $(SOAK_FILES) -q -p no:cacheprovider || exit 1; \
 	done
 
+# Configured for PREFIX first: the Python package goes where the interpreter searches under it
+# (for /usr/local on Debian: lib/python3.X/dist-packages; cmake/python_site_dir.py).
 install: all
-	cmake --install $(BUILD) --prefix $(PREFIX)
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	cmake --install $(BUILD)
 
 clean:
 	rm -rf $(BUILD) build-tsan build-asan

@@ -4,11 +4,14 @@
 #   groups: build test bench python browser (chromium, for the timeline's browser test)
 set -euo pipefail
 
+# The library itself needs only g++/cmake and OpenBLAS (CUDA where built); nlohmann-json3-dev
+# and libcli11-dev are for the eventide command and the tests, pkgconf for the pkg-config
+# test, python3-venv/-pip/-setuptools/-wheel for `pip install .` (offline) and its test.
 declare -A PACKAGES=(
-  [build]="cmake ninja-build g++ libopenblas-dev nlohmann-json3-dev libcli11-dev"
-  [test]="libgtest-dev libgmock-dev"
+  [build]="cmake ninja-build g++ libopenblas-dev libcli11-dev nlohmann-json3-dev"
+  [test]="libgtest-dev libgmock-dev nlohmann-json3-dev pkgconf"
   [bench]="libbenchmark-dev"
-  [python]="python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-hypothesis"
+  [python]="python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-hypothesis python3-venv python3-pip python3-setuptools python3-wheel"
   [browser]="chromium"
 )
 

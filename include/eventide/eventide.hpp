@@ -21,3 +21,4 @@
 #include "eventide/runtime.hpp"
 #include "eventide/stream.hpp"
 #include "eventide/tensor.hpp"
+#include "eventide/version.hpp"

@@ -9,6 +9,7 @@
 #include "eventide/errors.hpp"
 #include "eventide/runtime.hpp"
 #include "eventide/tensor.hpp"
+#include "eventide/version.hpp"
 
 namespace eventide {
 namespace detail {
@@ -372,6 +373,6 @@ std::atomic<bool> g_allow_tf32{false};
 void set_allow_tf32(bool allow) noexcept { g_allow_tf32.store(allow, std::memory_order_relaxed); }
 bool allow_tf32() noexcept { return g_allow_tf32.load(std::memory_order_relaxed); }
 
-std::string_view version() noexcept { return EVENTIDE_VERSION; }
+std::string_view version() noexcept { return EVENTIDE_VERSION_STRING; }
 
 }  // namespace eventide

@@ -19,16 +19,16 @@
 // end of a wait: the moment it was satisfied).
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "eventide/runtime.hpp"
+#include "profile/json.hpp"
 #include "profile/layout.hpp"
 
 namespace eventide {
 
 namespace {
 
-using nlohmann::json;
+using profile::Json;
 using profile::Layout;
 
 constexpr std::int64_t kMinSliceNs = 2;
@@ -37,7 +37,7 @@ double us(std::int64_t ns) { return static_cast<double>(ns) / 1000.0; }
 
 struct Slice {
   std::int64_t start_ns = 0, end_ns = 0;
-  json event;  // pid, tid, name, cat, args: ts and dur are set last
+  Json event;  // pid, tid, name, cat, args: ts and dur are set last
 };
 
 struct Track {
@@ -49,7 +49,7 @@ struct Track {
 
   // Adds a slice, moved after the previous one and made long enough to hold a flow point
   // (see the header); returns its index.
-  std::size_t add(std::int64_t start, std::int64_t end, json event) {
+  std::size_t add(std::int64_t start, std::int64_t end, Json event) {
     if (!slices.empty()) start = std::max(start, last_end);
     end = std::max(end, start + kMinSliceNs);
     last_end = end;
@@ -101,23 +101,32 @@ class TraceWriter {
         const auto& span = layout_.spans[i];
         if (!span) {
           if (!op.finished) {
-            unfinished_.push_back(json{{"ph", "i"}, {"s", "t"}, {"pid", pid}, {"tid", track.tid},
-                                       {"name", op.name + " (not finished)"}, {"cat", "unfinished"},
-                                       {"ts", p_.duration_us()}, {"args", op_args(op)}});
+            unfinished_.push_back(Json::object({{"ph", "i"},
+                                                {"s", "t"},
+                                                {"pid", pid},
+                                                {"tid", track.tid},
+                                                {"name", op.name + " (not finished)"},
+                                                {"cat", "unfinished"},
+                                                {"ts", p_.duration_us()},
+                                                {"args", op_args(op)}}));
           }
           continue;
         }
-        json args = op_args(op);
+        Json args = op_args(op);
         if (span->inferred) args["inferred"] = true;
-        json ev{{"ph", "X"}, {"pid", pid}, {"tid", track.tid}, {"name", op.name},
-                {"cat", op.is_wait ? "wait" : "op"}, {"args", std::move(args)}};
+        Json ev = Json::object({{"ph", "X"},
+                                {"pid", pid},
+                                {"tid", track.tid},
+                                {"name", op.name},
+                                {"cat", op.is_wait ? "wait" : "op"},
+                                {"args", std::move(args)}});
         op_slices_[i] = SliceRef{&track, track.add(span->start_ns, span->end_ns, std::move(ev))};
       }
     }
   }
 
-  json op_args(const ProfiledOp& op) const {
-    json args{{"id", op.id}, {"seq", op.seq}, {"stream", op.stream}};
+  Json op_args(const ProfiledOp& op) const {
+    Json args = Json::object({{"id", op.id}, {"seq", op.seq}, {"stream", op.stream}});
     if (!op.detail.empty()) args["detail"] = op.detail;
     if (!op.error.empty()) args["error"] = op.error;
     if (!op.finished) args["finished"] = false;
@@ -138,20 +147,28 @@ class TraceWriter {
     };
     for (const ProfiledHostWait& h : p_.host_waits()) {
       Track& track = track_for("host waits · " + h.thread);
-      json args{{"thread", h.thread}};
+      Json args = Json::object({{"thread", h.thread}});
       if (h.event) args["event"] = h.event;
       if (!h.finished) args["timed_out"] = true;
       if (!h.ops.empty()) args["ops"] = h.ops;
-      json ev{{"ph", "X"}, {"pid", host_pid_}, {"tid", track.tid}, {"cat", "host_wait"},
-              {"name", profile::host_wait_label(p_, layout_, h)}, {"args", std::move(args)}};
+      Json ev = Json::object({{"ph", "X"},
+                              {"pid", host_pid_},
+                              {"tid", track.tid},
+                              {"cat", "host_wait"},
+                              {"name", profile::host_wait_label(p_, layout_, h)},
+                              {"args", std::move(args)}});
       host_wait_slices_.push_back(
           SliceRef{&track, track.add(profile::to_ns(h.start_us), profile::to_ns(h.end_us), std::move(ev))});
     }
     for (const ProfiledCallback& c : p_.callbacks()) {
       Track& track = track_for(c.thread);
-      json ev{{"ph", "X"}, {"pid", host_pid_}, {"tid", track.tid}, {"cat", "callback"},
-              {"name", c.event ? "callback of event " + std::to_string(c.event) : std::string("callback")},
-              {"args", json{{"event", c.event}}}};
+      Json ev = Json::object({{"ph", "X"},
+                              {"pid", host_pid_},
+                              {"tid", track.tid},
+                              {"cat", "callback"},
+                              {"name", c.event ? "callback of event " + std::to_string(c.event)
+                                               : std::string("callback")},
+                              {"args", Json::object({{"event", c.event}})}});
       callback_slices_.push_back(
           SliceRef{&track, track.add(profile::to_ns(c.start_us), profile::to_ns(c.end_us), std::move(ev))});
     }
@@ -168,11 +185,22 @@ class TraceWriter {
     const std::uint64_t id = ++flow_ids_;
     const Slice& a = from.slice();
     const Slice& b = to.slice();
-    flows_.push_back(json{{"ph", "s"}, {"id", id}, {"cat", "flow"}, {"name", name}, {"bp", "e"},
-                          {"pid", from.track->pid}, {"tid", from.track->tid}, {"ts", us(a.end_ns - 1)}});
-    flows_.push_back(json{{"ph", "f"}, {"id", id}, {"cat", "flow"}, {"name", name}, {"bp", "e"},
-                          {"pid", to.track->pid}, {"tid", to.track->tid},
-                          {"ts", us(at_end ? b.end_ns - 1 : b.start_ns + 1)}});
+    flows_.push_back(Json::object({{"ph", "s"},
+                                   {"id", id},
+                                   {"cat", "flow"},
+                                   {"name", name},
+                                   {"bp", "e"},
+                                   {"pid", from.track->pid},
+                                   {"tid", from.track->tid},
+                                   {"ts", us(a.end_ns - 1)}}));
+    flows_.push_back(Json::object({{"ph", "f"},
+                                   {"id", id},
+                                   {"cat", "flow"},
+                                   {"name", name},
+                                   {"bp", "e"},
+                                   {"pid", to.track->pid},
+                                   {"tid", to.track->tid},
+                                   {"ts", us(at_end ? b.end_ns - 1 : b.start_ns + 1)}}));
   }
 
   void add_flows() {
@@ -196,11 +224,17 @@ class TraceWriter {
     for (const ProfiledRecord& r : p_.records()) {
       const SliceRef* op = r.op ? op_slice(r.op) : nullptr;
       if (!op) continue;
-      marks_.push_back(json{{"ph", "i"}, {"s", "t"}, {"pid", op->track->pid}, {"tid", op->track->tid},
-                            {"name", "event " + std::to_string(r.event)}, {"cat", "record"},
-                            {"ts", us(op->slice().end_ns)},
-                            {"args", json{{"event", r.event}, {"event_name", r.event_name},
-                                          {"op", r.op}, {"recorded_at_us", r.at_us}}}});
+      marks_.push_back(Json::object({{"ph", "i"},
+                                     {"s", "t"},
+                                     {"pid", op->track->pid},
+                                     {"tid", op->track->tid},
+                                     {"name", "event " + std::to_string(r.event)},
+                                     {"cat", "record"},
+                                     {"ts", us(op->slice().end_ns)},
+                                     {"args", Json::object({{"event", r.event},
+                                                            {"event_name", r.event_name},
+                                                            {"op", r.op},
+                                                            {"recorded_at_us", r.at_us}})}}));
     }
   }
 
@@ -215,22 +249,33 @@ class TraceWriter {
     // One event a line: the file stays readable and diffable, and still one JSON document.
     std::string out = "{\"traceEvents\":[\n";
     bool first = true;
-    auto emit = [&](const json& ev) {
+    auto emit = [&](const Json& ev) {
       if (!first) out += ",\n";
       first = false;
-      out += ev.dump(-1, ' ', false, json::error_handler_t::replace);
+      out += ev.dump();
     };
     for (std::size_t i = 0; i < processes_.size(); ++i) {
       const auto& [pid, name] = processes_[i];
-      emit(json{{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
-      emit(json{{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid},
-                {"args", {{"sort_index", static_cast<int>(i)}}}});
+      emit(Json::object({{"ph", "M"},
+                         {"name", "process_name"},
+                         {"pid", pid},
+                         {"args", Json::object({{"name", name}})}}));
+      emit(Json::object({{"ph", "M"},
+                         {"name", "process_sort_index"},
+                         {"pid", pid},
+                         {"args", Json::object({{"sort_index", static_cast<int>(i)}})}}));
     }
     for (const auto& t : tracks_) {
-      emit(json{{"ph", "M"}, {"name", "thread_name"}, {"pid", t->pid}, {"tid", t->tid},
-                {"args", {{"name", t->name}}}});
-      emit(json{{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", t->pid}, {"tid", t->tid},
-                {"args", {{"sort_index", t->sort_index}}}});
+      emit(Json::object({{"ph", "M"},
+                         {"name", "thread_name"},
+                         {"pid", t->pid},
+                         {"tid", t->tid},
+                         {"args", Json::object({{"name", t->name}})}}));
+      emit(Json::object({{"ph", "M"},
+                         {"name", "thread_sort_index"},
+                         {"pid", t->pid},
+                         {"tid", t->tid},
+                         {"args", Json::object({{"sort_index", t->sort_index}})}}));
     }
     for (const auto& t : tracks_) {
       for (Slice& s : t->slices) {
@@ -239,12 +284,13 @@ class TraceWriter {
         emit(s.event);
       }
     }
-    for (const json& ev : marks_) emit(ev);
-    for (const json& ev : unfinished_) emit(ev);
-    for (const json& ev : flows_) emit(ev);
+    for (const Json& ev : marks_) emit(ev);
+    for (const Json& ev : unfinished_) emit(ev);
+    for (const Json& ev : flows_) emit(ev);
     out += "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":";
-    out += json{{"producer", "eventide " + std::string(version())},
-                {"duration_us", p_.duration_us()}}.dump();
+    out += Json::object({{"producer", "eventide " + std::string(version())},
+                         {"duration_us", p_.duration_us()}})
+               .dump();
     out += "}\n";
     return out;
   }
@@ -256,7 +302,7 @@ class TraceWriter {
   std::vector<SliceRef> op_slices_;
   std::vector<SliceRef> host_wait_slices_;
   std::vector<SliceRef> callback_slices_;
-  std::vector<json> flows_, marks_, unfinished_;
+  std::vector<Json> flows_, marks_, unfinished_;
   std::uint64_t flow_ids_ = 0;
   int host_pid_ = 0;
 };

@@ -6,6 +6,27 @@ execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${BUILD}/in
 if(rc)
   message(FATAL_ERROR "cmake --install failed")
 endif()
+# What the package config makes consumers link: the library and Threads, nothing that
+# libeventide links privately (OpenBLAS; CUDA's cuBLASLt, CUPTI, runtime), nothing it
+# compiles with (nlohmann_json). A consumer of a CUDA build then needs no CUDA package to
+# configure, and only the CUDA runtime at run time, through libeventide.
+file(GLOB_RECURSE targets_files ${BUILD}/install-check/prefix/*/eventideTargets*.cmake)
+if(NOT targets_files)
+  message(FATAL_ERROR "no eventideTargets*.cmake installed")
+endif()
+foreach(f ${targets_files})
+  file(STRINGS ${f} interface_lines REGEX "INTERFACE_LINK_LIBRARIES")
+  foreach(line ${interface_lines})
+    if(line MATCHES "CUDA::|cupti|cublas|cudart|openblas|nlohmann")
+      message(FATAL_ERROR "${f} makes consumers link a private dependency: ${line}")
+    endif()
+  endforeach()
+  file(STRINGS ${f} lines REGEX "find_package|find_dependency|CUDAToolkit")
+  if(lines)
+    message(FATAL_ERROR "${f} looks for a package: ${lines}")
+  endif()
+endforeach()
+
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE}/tests/install/consumer
                         -B ${BUILD}/install-check/consumer
                         -DCMAKE_PREFIX_PATH=${BUILD}/install-check/prefix

@@ -1,8 +1,10 @@
-// Every C++ line of API.md, compiled against the installed package and run.
+// Every C++ line of API.md, compiled against the installed package and run; and the
+// version the headers say (version.hpp) is the library's.
 #include <eventide/eventide.hpp>
 
 #include <cstdio>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 namespace ev = eventide;
@@ -67,7 +69,8 @@ int main() {
 
   bool ok = done && finished_in_time && us > 0 && !err && dev == d && all && any && idle &&
             !e.completed() && host.size() == 512 * 512 && same.device() == d &&
-            batched.shape() == ev::Shape{2, 3, 5} && e0.numel() == 4 && f.dtype() == ev::DType::f64;
+            batched.shape() == ev::Shape{2, 3, 5} && e0.numel() == 4 && f.dtype() == ev::DType::f64 &&
+            ev::version() == std::string_view(EVENTIDE_VERSION_STRING);
   std::printf("consumer of eventide %s: %s (matmul %.1f us)\n", std::string(ev::version()).c_str(),
               ok ? "ok" : "FAILED", us);
   return ok ? 0 : 1;

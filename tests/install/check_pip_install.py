@@ -1,0 +1,119 @@
+"""The Python package as a user installs it: `pip install .` into a fresh virtual environment,
+offline, then import it and run an example, from outside the source tree and with no
+PYTHONPATH, so that only the installed package can be imported. Also `pip wheel .`, and the
+wheel's contents and metadata.
+
+Usage (ctest runs it with the interpreter the build is for):
+  python3 check_pip_install.py --source SRC --build BUILD --work DIR --example FILE [--fresh]
+
+Without --fresh, pip's build (setup.py) builds the extension in the ctest build tree BUILD
+(EVENTIDE_CMAKE_BUILD_DIR): the module ctest tested, in minutes less. With --fresh it
+configures and builds a tree of its own, as `pip install .` does for a user.
+
+The environment is made with --system-site-packages so that Debian's setuptools, wheel and
+NumPy are seen, and pip is told --no-build-isolation and --no-index: nothing is downloaded.
+Exits 77 (ctest: skipped) only if a tool it needs is missing (python3-venv).
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+SKIP = 77
+
+
+def run(cmd, **kwargs):
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    result = subprocess.run([str(c) for c in cmd], **kwargs)
+    if result.returncode != 0:
+        sys.exit(f"FAILED ({result.returncode}): {' '.join(str(c) for c in cmd)}")
+    return result
+
+
+def copy_source(source: Path, dest: Path) -> None:
+    """The tracked part of the tree: not build trees, caches or .git (pip writes its
+    egg-info and build-python/ into the copy, not into the source)."""
+    def ignore(folder, names):
+        top = Path(folder) == source
+        return [n for n in names
+                if n in ("__pycache__", ".git") or n.endswith(".egg-info")
+                or (top and (n.startswith("build") or n.startswith(".")))]
+    shutil.copytree(source, dest, ignore=ignore)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--source", type=Path, required=True)
+    parser.add_argument("--build", type=Path, required=True)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--example", type=Path, required=True)
+    parser.add_argument("--fresh", action="store_true")
+    args = parser.parse_args()
+
+    try:
+        import ensurepip  # noqa: F401
+        import venv  # noqa: F401
+    except ImportError as e:
+        print(f"SKIPPED: {sys.executable} cannot make a virtual environment with pip ({e}): "
+              "install python3-venv")
+        return SKIP
+
+    version = (args.source / "VERSION").read_text().strip()
+    work = args.work.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    source = work / "src"
+    copy_source(args.source.resolve(), source)
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "VIRTUAL_ENV")}
+    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PYTHONNOUSERSITE="1",
+               PYTHONDONTWRITEBYTECODE="1")
+    if not args.fresh:
+        env["EVENTIDE_CMAKE_BUILD_DIR"] = str(args.build.resolve())
+
+    venv_dir = work / "venv"
+    run([sys.executable, "-m", "venv", "--system-site-packages", venv_dir], env=env)
+    python = venv_dir / "bin" / "python"
+
+    run([python, "-m", "pip", "install", "--no-build-isolation", source], env=env, cwd=work)
+
+    # Imported from the environment's site-packages, the version VERSION says.
+    check = ("import sys, sysconfig, eventide as ev\n"
+             "site = sysconfig.get_paths()['platlib']\n"
+             "assert ev.__file__.startswith(site), (ev.__file__, site)\n"
+             f"assert ev.__version__ == {version!r}, ev.__version__\n"
+             "print('imported eventide', ev.__version__, 'from', ev.__file__)\n")
+    run([python, "-c", check], env=env, cwd=work)
+    run([python, args.example.resolve()], env=env, cwd=work)
+
+    # A wheel, with the extension, the typing files and the metadata.
+    wheels = work / "wheels"
+    run([python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", wheels, source],
+        env=env, cwd=work)
+    built = sorted(wheels.glob(f"eventide-{version}-*.whl"))
+    if len(built) != 1:
+        sys.exit(f"FAILED: expected one eventide-{version} wheel in {wheels}: {built}")
+    with zipfile.ZipFile(built[0]) as whl:
+        names = whl.namelist()
+        metadata = whl.read(f"eventide-{version}.dist-info/METADATA").decode()
+    for wanted in ("eventide/__init__.py", "eventide/__init__.pyi", "eventide/py.typed"):
+        if wanted not in names:
+            sys.exit(f"FAILED: {wanted} is not in {built[0].name}: {names}")
+    if not any(n.startswith("eventide/_eventide") and n.endswith(".so") for n in names):
+        sys.exit(f"FAILED: no extension module in {built[0].name}: {names}")
+    for line in ("Name: eventide", f"Version: {version}", "License: Apache-2.0",
+                 "Requires-Python: >=3.9"):
+        if line not in metadata.splitlines():
+            sys.exit(f"FAILED: the wheel's METADATA has no line '{line}':\n{metadata}")
+    if not any(l.startswith("Requires-Dist: numpy") for l in metadata.splitlines()):
+        sys.exit(f"FAILED: the wheel does not require numpy:\n{metadata}")
+    print(f"ok: installed, imported, ran {args.example.name}; built {built[0].name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
