@@ -2,10 +2,12 @@
 // with the profile drawn as an SVG timeline.
 //
 //   rows     a row per stream (grouped by device), then a row per host thread that waited
-//            and per callback thread;
+//            and per callback thread, then a row per user-range lane (layout.hpp's
+//            RangeLane: a thread's ranges at one nesting depth);
 //   bars     ops at their times (class "op", a colour per op name, the microseconds written
 //            on them where they fit), waits hatched (class "wait"), host waits and callbacks
-//            (classes "hostwait", "callback"); each has a <title> (the browser shows it on
+//            (classes "hostwait", "callback"), user ranges (class "range", their name on
+//            them); each has a <title> (the browser shows it on
 //            hover) and data- attributes with its figures;
 //   arrows   from an op's end to what waited for it (a wait or op of another stream, a host
 //            wait that saw it end, a callback), with arrowheads;
@@ -155,6 +157,10 @@ class PageWriter {
       std::string device = c.thread.rfind("callbacks ", 0) == 0 ? c.thread.substr(10) : c.thread;
       callback_rows_.push_back(host_row(c.thread, "callbacks", device));
     }
+    for (const profile::RangeLane& lane : layout_.range_lanes) {
+      range_lane_rows_.push_back(host_row("ranges " + lane.thread + " " + std::to_string(lane.depth), lane.thread,
+                                          lane.depth == 0 ? "ranges" : "ranges, depth " + std::to_string(lane.depth)));
+    }
     height_ = y + 4 + kAxisHeight;
   }
 
@@ -171,6 +177,7 @@ class PageWriter {
     }
     for (const ProfiledHostWait& h : p_.host_waits()) take(h.start_us, h.end_us);
     for (const ProfiledCallback& c : p_.callbacks()) take(c.start_us, c.end_us);
+    for (const ProfiledRange& r : p_.ranges()) take(r.start_us, r.end_us);
     if (!(lo <= hi)) {
       lo = 0;
       hi = std::max(p_.duration_us(), 1.0);
@@ -329,6 +336,16 @@ class PageWriter {
       callback_box_.push_back(boxes_.size());
       bar(s, "callback", callback_rows_[c], cb.start_us, cb.end_us, "#5b5f97", title, data, "callback", false);
     }
+    for (std::size_t i = 0; i < p_.ranges().size(); ++i) {
+      const ProfiledRange& r = p_.ranges()[i];
+      std::string title = r.name + " (range, " + r.thread + ")\nstart " + format_fixed(r.start_us, 1) +
+                          " µs, lasted " + duration_text(r.end_us - r.start_us);
+      std::string data = data_attr("name", r.name) + data_attr("thread", r.thread) +
+                         data_attr("start-us", format_fixed(r.start_us, 3)) +
+                         data_attr("dur-us", format_fixed(r.end_us - r.start_us, 3));
+      bar(s, "range", range_lane_rows_[layout_.range_lane_of[i]], r.start_us, r.end_us, "#e8d9a8", title, data,
+          r.name, false);
+    }
   }
 
   // From the end of `from` to `to` (its end if `at_end`, else its start), leaving and
@@ -399,8 +416,8 @@ class PageWriter {
          ".divider{stroke:#cbd2d9}\n"
          ".grid{stroke:#e4e7eb;stroke-width:1}\n"
          ".tick{font-size:11px;fill:#616e7c;text-anchor:middle}\n"
-         ".op,.wait,.hostwait,.callback{stroke:rgba(0,0,0,.25);stroke-width:.5}\n"
-         ".op:hover,.wait:hover,.hostwait:hover,.callback:hover{stroke:#111;stroke-width:1.5}\n"
+         ".op,.wait,.hostwait,.callback,.range{stroke:rgba(0,0,0,.25);stroke-width:.5}\n"
+         ".op:hover,.wait:hover,.hostwait:hover,.callback:hover,.range:hover{stroke:#111;stroke-width:1.5}\n"
          ".failed{stroke:#b3261e;stroke-width:2;stroke-dasharray:4 2}\n"
          ".bar-label{font-size:11px;fill:#fff;text-anchor:middle;pointer-events:none}\n"
          ".bar-label.dark{fill:#1f2933}\n"
@@ -452,7 +469,7 @@ class PageWriter {
   std::unordered_map<std::string, std::string> colour_;
   std::vector<Row> rows_;
   std::size_t stream_rows_ = 0;
-  std::vector<std::size_t> host_wait_rows_, callback_rows_;
+  std::vector<std::size_t> host_wait_rows_, callback_rows_, range_lane_rows_;
   std::vector<Box> boxes_;
   std::vector<std::size_t> op_box_, host_wait_box_, callback_box_;
   double height_ = 0;
