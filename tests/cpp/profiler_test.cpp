@@ -639,10 +639,11 @@ ev::Profile ranges_profile() {
   ev::Profiler profiler;
   {
     ev::Range outer("step");
-    ev::Tensor t = ev::full({16}, 1.0, ev::DType::f32, ev::Device::cpu());
+    ev::Stream s(ev::Device::cpu());
+    ev::Event e = s.enqueue("sleep", [] { std::this_thread::sleep_for(3ms); });
     {
       ev::Range inner("wait for it");
-      t.wait();
+      e.wait();  // blocks: a host wait of this thread
       std::this_thread::sleep_for(1ms);
     }
   }
