@@ -1,6 +1,6 @@
-// eventide's NVTX ranges, as a tool sees them: ctest runs this binary with
-// NVTX_INJECTION64_PATH naming the stand-in tool of nvtx_injection.cpp, which NVTX loads at
-// the first range and which records every range pushed, popped, started and ended in each
+// eventide's NVTX ranges, as a tool sees them: this binary sets NVTX_INJECTION64_PATH (if
+// not set already) to the stand-in tool of nvtx_injection.cpp, which NVTX loads at the first
+// range and which records every range pushed, popped, started and ended in each
 // domain. No GPU is needed: the ranges are the host's (an op's launch, host waits, callbacks,
 // user ranges), and CPU ops have them as GPU ops do.
 #include <dlfcn.h>
@@ -46,11 +46,8 @@ void* tool() {
 class NvtxTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::getenv("NVTX_INJECTION64_PATH")) {
-      GTEST_SKIP() << "NVTX_INJECTION64_PATH is not set: run through ctest, which names the "
-                      "test tool (libeventide_nvtx_test_tool.so)";
-    }
-    // The first range loads the tool.
+    // Before the process's first range, which loads the tool NVTX finds there.
+    setenv("NVTX_INJECTION64_PATH", EVENTIDE_NVTX_TEST_TOOL, /*overwrite=*/0);
     { ev::Range warm_up("warm-up"); }
     void* lib = tool();
     ASSERT_NE(lib, nullptr) << "NVTX did not load the tool named by NVTX_INJECTION64_PATH";
