@@ -178,6 +178,7 @@ void run_work(Work& work, const std::atomic<bool>& stop) noexcept {
   if (!work.error() && work.body()) {
     set_running_work(&work);
     try {
+      nvtx::Scope range(work.name().c_str());  // the op's run, on the host thread running it
       work.body()();
     } catch (...) {
       work.set_error(body_error(work, std::current_exception()));

@@ -125,6 +125,19 @@ TEST_F(NvtxTest, AnOpLaunchIsARangeNamedLikeTheOpOnTheLaunchingThread) {
   });
 }
 
+TEST_F(NvtxTest, ACpuOpsRunIsARangeOnTheThreadThatRunsIt) {
+  run_with_deadline([&] {
+    auto ran_on = std::make_shared<std::promise<std::string>>();
+    ev::Stream s(ev::Device::cpu());
+    ev::Event e = s.enqueue("user op", [ran_on] { ran_on->set_value(this_thread_text()); });
+    const std::string worker = ran_on->get_future().get();
+    e.wait();  // the range is popped before the op is marked finished
+    ASSERT_NE(worker, this_thread_text());
+    const std::vector<std::string> names = pushed_on(worker);
+    EXPECT_TRUE(has(names, "user op")) << ::testing::PrintToString(names);
+  });
+}
+
 TEST_F(NvtxTest, HostWaitsAreRangesNamedLikeTheCall) {
   run_with_deadline([&] {
     const std::string me = this_thread_text();
