@@ -1,14 +1,17 @@
 // NVTX ranges: what eventide tells Nsight Systems (or any NVTX tool) it is doing, in the
 // "eventide" NVTX domain. On builds with EVENTIDE_WITH_NVTX (CMake finds NVTX3's header-only
-// C API, nvtx3/nvToolsExt.h, and the option is ON), an op's launch, a host wait
-// (wait/synchronize/wait_all/wait_any) and a callback's run are each a range on the calling
-// thread, named like the op ("matmul") or the call; a user's eventide::Range is one too.
+// C API, nvtx3/nvToolsExt.h, and the option is ON), an op's launch, a host-run op's run (a
+// CPU worker's), a host wait (wait/synchronize/wait_all/wait_any) and a callback's run are
+// each a range on the calling thread, named like the op ("matmul") or the call; a user's
+// eventide::Range is one too.
 // Without it, everything here compiles to nothing.
 //
 // Cost: NVTX3 calls a tool through a table of function pointers that its first call fills in
 // (it loads the library named by NVTX_INJECTION64_PATH, if any); with no tool attached every
-// pointer is then null and a range is one load of it and a branch, plus filling a small
-// attribute struct on the stack. The domain is created once, at the first range.
+// pointer is then null, and a range is no call: one load of the pointer and a branch, plus
+// the thread's lock count (below) and the domain's static guard, a load and a branch each,
+// and a small attribute struct filled on the stack (checked in the disassembly of
+// Event::wait). The domain is created once, at the first range.
 //
 // Locks: a range's push and pop call into the tool, which may do anything (allocate, take its
 // own locks, even call back into the program), so a range is never opened or closed while the
