@@ -13,8 +13,9 @@
 // What is recorded: every op enqueued while the profiler runs (name, stream, device, the
 // shapes and dtypes it reads and writes, its device start and end: the same times as
 // time_elapsed), every event record (which op it tied), every wait (a stream's wait on an
-// event, a host thread's wait on an event, a tensor or a stream), and every callback run
-// (when, for which event).
+// event, a host thread's wait on an event, a tensor or a stream), every callback run
+// (when, for which event), and every user range (eventide::Range, below) that began and ended
+// while it ran.
 // Work enqueued before the profiler started is not in the profile; an op that depends on
 // such work shows no arrow from it.
 //
@@ -36,6 +37,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "eventide/device.hpp"
@@ -95,6 +97,14 @@ struct ProfiledCallback {
   double start_us = 0, end_us = 0;
 };
 
+// A user's region of code (eventide::Range), on the host thread that opened it. In the order
+// they began.
+struct ProfiledRange {
+  std::string name;
+  std::string thread;       // "thread 1": numbered as the host waits' threads are
+  double start_us = 0, end_us = 0;
+};
+
 class Profile {
  public:
   Profile() = default;
@@ -103,21 +113,26 @@ class Profile {
   const std::vector<ProfiledRecord>& records() const noexcept { return records_; }
   const std::vector<ProfiledHostWait>& host_waits() const noexcept { return host_waits_; }
   const std::vector<ProfiledCallback>& callbacks() const noexcept { return callbacks_; }
+  const std::vector<ProfiledRange>& ranges() const noexcept { return ranges_; }
   // From the profiler's start to when stop() had every time: every time above is within it.
   double duration_us() const noexcept { return duration_us_; }
-  // "<Profile: 12 ops on 2 streams, 3 records, 1 host wait, 0 callbacks, 1.25 ms>".
+  // "<Profile: 12 ops on 2 streams, 3 records, 1 host wait, 0 callbacks, 1.25 ms>" (and
+  // ", 2 ranges" before the duration when there are user ranges).
   std::string str() const;
 
   // The Trace Event Format (JSON) that Perfetto and chrome://tracing load: a process per
   // device with a track per stream, ops as complete events, the dependencies of waits and
   // ops on other streams as flow arrows, event records as instant marks where their op ends;
-  // host waits and callbacks in a "host" process, a track per thread. The export_ functions
+  // host waits and callbacks in a "host" process, a track per thread; user ranges there too,
+  // as complete events (category "range") on a track per thread ("ranges · thread 1"), nested
+  // as they were. The export_ functions
   // throw Error naming the path if the file cannot be written.
   std::string chrome_trace() const;
   void export_chrome_trace(const std::string& path) const;
   // A self-contained HTML page with the timeline drawn on a canvas by the page's own script:
-  // streams as rows, ops as bars, arrows for waits, all times in one unit (µs, or ms for a
-  // profile over 10 ms); the wheel zooms, a drag pans, hovering a bar shows its details.
+  // streams as rows, ops as bars, arrows for waits, user ranges as bars on their thread's rows
+  // (a row per nesting depth), all times in one unit (µs, or ms for a profile over 10 ms); the
+  // wheel zooms, a drag pans, hovering a bar shows its details.
   std::string timeline_html() const;
   void export_timeline(const std::string& path) const;
 
@@ -127,6 +142,7 @@ class Profile {
   std::vector<ProfiledRecord> records_;
   std::vector<ProfiledHostWait> host_waits_;
   std::vector<ProfiledCallback> callbacks_;
+  std::vector<ProfiledRange> ranges_;
   double duration_us_ = 0;
 };
 
@@ -200,6 +216,41 @@ class HostWaitScope {
   std::uint64_t event_ = 0;
   std::int64_t start_ns_ = 0;
   std::vector<std::uint64_t> ops_;
+};
+
+// A named region of the user's code, from construction to destruction: in the profile (a
+// ProfiledRange, if a profiler records both when it opens and when it closes) and, on builds
+// with NVTX (EVENTIDE_WITH_NVTX), as an NVTX range in the "eventide" domain, so Nsight
+// Systems shows it beside eventide's own ranges (each op's launch, host wait and callback).
+//
+//   void step(ev::Tensor& x) {
+//     ev::Range r("step");                  // from here...
+//     auto y = ev::matmul(x, x);
+//     ev::Event e; e.record(y); e.wait();
+//   }                                       // ...to here
+//
+// Ranges may nest, on one thread or several. A range belongs to the thread that opened it
+// (the profile's thread; NVTX shows it there), but may be closed on another thread and need
+// not close in the reverse order of opening (NVTX start/end ranges, not push/pop).
+// One opened while no profiler runs is not in a profile, even if one starts meanwhile; one
+// still open when the profile is taken is not in it either.
+//
+// Cost: with no profiler and no NVTX tool attached, a relaxed atomic load and a branch at
+// each end (and NVTX's own load and branch). Thread-safety: different ranges may be opened
+// and closed at once from any threads. Never throws (out of memory, the range is left out of
+// the profile; the name is taken by value, so any copy of it is the caller's).
+class Range {
+ public:
+  explicit Range(std::string name) noexcept;
+  ~Range();
+  Range(const Range&) = delete;
+  Range& operator=(const Range&) = delete;
+
+ private:
+  std::string name_;              // kept only while a profiler records
+  std::uint64_t nvtx_id_ = 0;     // 0: no NVTX range open
+  std::int64_t start_ns_ = -1;    // -1: no profiler recorded its start
+  std::thread::id thread_;        // the opening thread, for the profile
 };
 
 }  // namespace eventide

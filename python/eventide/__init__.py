@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio as _asyncio
 import contextlib as _contextlib
 import os as _os
+import threading as _threading
 from typing import Any, Iterable, Optional, Sequence
 
 from ._eventide import (  # noqa: F401  (re-exported)
@@ -85,6 +86,7 @@ __all__ = [
     "bfloat16", "current_stream", "default_device", "default_stream", "device_info", "devices",
     "dtype", "empty", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "int32",
     "int64", "is_available", "manual_seed", "matmul", "mul", "ones", "profile", "rand", "randn",
+    "range",
     "set_allow_tf32", "stream",
     "synchronize", "tensor",
     "wait_all", "wait_all_async", "wait_any", "wait_any_async", "zeros",
@@ -214,6 +216,10 @@ class profile:
         return self.profile.callbacks
 
     @property
+    def ranges(self) -> list:
+        return self.profile.ranges
+
+    @property
     def duration_us(self) -> float:
         return self.profile.duration_us
 
@@ -233,6 +239,44 @@ class profile:
         if self._profile is not None:
             return f"<eventide.profile {repr(self._profile)[len('<eventide.Profile: '):-1]}>"
         return "<eventide.profile recording>" if self._profiler is not None else "<eventide.profile not started>"
+
+
+# (This module's own name ``range`` hides the builtin in the code below: none of it counts.)
+class range(_contextlib.ContextDecorator):
+    """Marks a region of your code by name::
+
+        with ev.range("step"):
+            out = ev.matmul(a, b)
+            out.wait()
+
+        @ev.range("load")          # each call of the function is a range
+        def load(): ...
+
+    The region is in eventide's profile (``prof.ranges``: name, thread, start_us, end_us; a
+    track of its thread in the Chrome trace, a row in the timeline page) when a profile
+    records both its start and its end, and, on builds with NVTX, an NVTX range in the
+    ``eventide`` domain that Nsight Systems shows beside eventide's own (each op's launch,
+    host waits, callbacks). Ranges nest; an exception leaving the block still closes it. One
+    ``range`` object may be entered on several threads at once, and again inside itself
+    (recursion): each entry is its own region, closed by the matching exit on that thread.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = str(name)
+        self._local = _threading.local()  # per thread: the regions this object has open
+
+    def __enter__(self) -> "range":
+        stack = getattr(self._local, "open", None)
+        if stack is None:
+            stack = self._local.open = []
+        stack.append(_eventide._OpenRange(self.name))
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._local.open.pop().close()
+
+    def __repr__(self) -> str:
+        return f"<eventide.range {self.name!r}>"
 
 
 # --- asyncio -------------------------------------------------------------------------------

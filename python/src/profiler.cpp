@@ -62,6 +62,26 @@ py::list callbacks_list(const Profile& p) {
   return out;
 }
 
+py::list ranges_list(const Profile& p) {
+  py::list out;
+  for (const ProfiledRange& r : p.ranges()) {
+    out.append(py::dict("name"_a = r.name, "thread"_a = r.thread, "start_us"_a = r.start_us,
+                        "end_us"_a = r.end_us));
+  }
+  return out;
+}
+
+// One open user range (ev.range's, python/eventide/__init__.py): opened when made, closed by
+// close() (again: nothing) or when collected.
+class OpenRange {
+ public:
+  explicit OpenRange(std::string name) { range_.emplace(std::move(name)); }
+  void close() noexcept { range_.reset(); }
+
+ private:
+  std::optional<Range> range_;
+};
+
 // A str or os.PathLike.
 std::string to_path(const py::object& path) {
   return py::str(py::module_::import("os").attr("fspath")(path)).cast<std::string>();
@@ -80,6 +100,9 @@ void bind_profiler(py::module_& m) {
       .def_property_readonly("host_waits", &host_waits_list,
                              "One dict per host wait: event, thread, start_us, end_us, finished, ops.")
       .def_property_readonly("callbacks", &callbacks_list, "One dict per callback run: event, thread, start_us, end_us.")
+      .def_property_readonly("ranges", &ranges_list,
+                             "One dict per user range (ev.range), in the order they began: name, thread, "
+                             "start_us, end_us.")
       .def_property_readonly("duration_us", &Profile::duration_us)
       .def("chrome_trace", &Profile::chrome_trace, py::call_guard<py::gil_scoped_release>(),
            "The Chrome trace (JSON text) that Perfetto and chrome://tracing load.")
@@ -100,6 +123,11 @@ void bind_profiler(py::module_& m) {
            },
            "path"_a, "Write the timeline page (HTML) to `path`.")
       .def("__repr__", [](const Profile& p) { return "<eventide." + p.str().substr(1); });
+
+  py::class_<OpenRange>(m, "_OpenRange",
+                        "An open eventide::Range: what ev.range opens on entry and closes on exit.")
+      .def(py::init<std::string>(), "name"_a)
+      .def("close", &OpenRange::close, "Close the range (once; later calls do nothing).");
 
   py::class_<Profiler>(m, "Profiler",
                        "Records device work from its creation until stop(). One at a time per "

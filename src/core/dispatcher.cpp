@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/event_state.hpp"
+#include "core/nvtx.hpp"
 #include "core/observer.hpp"
 #include "core/work.hpp"
 #include "eventide/errors.hpp"
@@ -247,6 +248,7 @@ void Dispatcher::run() {
       Observer* const observing = observer();
       const std::int64_t start = observing ? host_now_ns() : 0;
       try {
+        nvtx::Scope range("callback");  // no runtime lock is held here
         task->fn();
       } catch (abi::__forced_unwind&) {
         // The thread is being ended (pthread_exit: CPython does it at interpreter exit to a

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/event_state.hpp"
+#include "core/nvtx.hpp"
 #include "core/observer.hpp"
 #include "core/runtime.hpp"
 #include "core/stream_state.hpp"
@@ -44,6 +45,9 @@ void StreamState::submit_locked(Ref<Work> work) noexcept {
 
 Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> reads,
                               std::span<TensorState* const> writes, Callback body) {
+  // The launch as an NVTX range named like the op; declared first, so it is closed after the
+  // submit lock below is let go (core/nvtx.hpp).
+  nvtx::Scope range(name.c_str());
   Runtime::get().check_running();
   check_submit();
   auto work = make_ref<Work>(timeline_, std::move(name), WorkKind::op);
@@ -174,6 +178,7 @@ void run_work(Work& work, const std::atomic<bool>& stop) noexcept {
   if (!work.error() && work.body()) {
     set_running_work(&work);
     try {
+      nvtx::Scope range(work.name().c_str());  // the op's run, on the host thread running it
       work.body()();
     } catch (...) {
       work.set_error(body_error(work, std::current_exception()));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/nvtx.hpp"
 #include "core/runtime.hpp"
 #include "core/stream_state.hpp"
 #include "eventide/runtime.hpp"
@@ -33,6 +34,7 @@ bool SyncPoint::query() const {
 }
 
 bool SyncPoint::wait_until(const detail::Deadline& deadline) const {
+  detail::nvtx::Scope range("synchronize");
   for (const Point& p : points_) {
     if (!detail::wait_for_fence(p.stream->timeline(), p.seq, deadline)) return false;
   }

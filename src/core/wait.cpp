@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/event_state.hpp"
+#include "core/nvtx.hpp"
 #include "core/observer.hpp"
 #include "core/small_vector.hpp"
 #include "core/timeline.hpp"
@@ -134,11 +135,13 @@ bool EventState::wait_pending(const Deadline& deadline, std::uint64_t finished_b
 // --- Event::wait ------------------------------------------------------------------------
 
 void Event::wait() const {
+  detail::nvtx::Scope range("wait");
   state_->wait_until(std::nullopt);
   if (auto e = state_->error()) std::rethrow_exception(e);
 }
 
 bool Event::wait_for(std::chrono::nanoseconds timeout) const {
+  detail::nvtx::Scope range("wait");
   if (!state_->wait_until(detail::deadline_after(timeout))) return false;
   if (auto e = state_->error()) std::rethrow_exception(e);
   return true;
@@ -158,6 +161,7 @@ void check_not_empty(std::span<const Event> events, const char* fn) {
 }
 
 bool wait_all_until(std::span<const Event> events, const detail::Deadline& deadline) {
+  detail::nvtx::Scope range("wait_all");
   check_not_empty(events, "wait_all");
   for (const Event& e : events) {
     if (!e.state()->wait_until(deadline)) return false;
@@ -183,6 +187,7 @@ bool wait_all_for(std::initializer_list<Event> events, std::chrono::nanoseconds 
 
 std::optional<std::size_t> wait_any(std::span<const Event> events,
                                     std::optional<std::chrono::nanoseconds> timeout) {
+  detail::nvtx::Scope range("wait_any");
   if (events.empty()) throw InvalidArgument("wait_any: the list of events is empty");
   check_not_empty(events, "wait_any");
   const detail::Deadline deadline = detail::deadline_after(timeout);

@@ -1,5 +1,6 @@
 // The Tensor handle's members.
 
+#include "core/nvtx.hpp"
 #include "core/runtime.hpp"
 #include "core/tensor_state.hpp"
 #include "eventide/errors.hpp"
@@ -36,6 +37,7 @@ bool Tensor::wait_for(std::chrono::nanoseconds timeout) const {
 }
 
 bool Tensor::wait_until(const std::optional<std::chrono::steady_clock::time_point>& deadline) const {
+  detail::nvtx::Scope range("wait");
   auto producer = checked(state_, "wait").producer();
   if (!producer) return true;
   if (!detail::wait_for_fence(producer->timeline(), producer->seq(), deadline)) return false;

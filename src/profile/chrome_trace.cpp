@@ -5,8 +5,10 @@
 //               are complete events ("X"), waits too (category "wait"); an event record is an
 //               instant mark ("i") where its op ends; an op that had not finished is an
 //               instant mark at the end of the profile.
-//   pid N+1     "host": a track per thread that waited ("host waits · thread 1")
-//               and per callback thread ("callbacks cpu").
+//   pid N+1     "host": a track per thread that waited ("host waits · thread 1"),
+//               per callback thread ("callbacks cpu"), and per thread that opened user
+//               ranges ("ranges · thread 1": complete events of category "range", nested as
+//               they were; no arrow binds to them, so they keep their exact times).
 //   arrows      flow events ("s" then "f", one id each) from an op to what waited for it: a
 //               wait or an op on another stream, a host wait that saw it end (not one that
 //               timed out), a callback of an event it was recorded on.
@@ -135,7 +137,7 @@ class TraceWriter {
   }
 
   void add_host() {
-    if (p_.host_waits().empty() && p_.callbacks().empty()) return;
+    if (p_.host_waits().empty() && p_.callbacks().empty() && p_.ranges().empty()) return;
     host_pid_ = static_cast<int>(layout_.devices.size()) + 1;
     processes_.emplace_back(host_pid_, "host");
     int tid = 0;
@@ -171,6 +173,14 @@ class TraceWriter {
                               {"args", Json::object({{"event", c.event}})}});
       callback_slices_.push_back(
           SliceRef{&track, track.add(profile::to_ns(c.start_us), profile::to_ns(c.end_us), std::move(ev))});
+    }
+    for (const ProfiledRange& r : p_.ranges()) {
+      Track& track = track_for("ranges · " + r.thread);
+      json ev{{"ph", "X"}, {"pid", host_pid_}, {"tid", track.tid}, {"cat", "range"}, {"name", r.name},
+              {"args", json{{"thread", r.thread}}}};
+      // Not Track::add: ranges nest, and a slice of its own would be moved after the last.
+      const std::int64_t start = profile::to_ns(r.start_us);
+      track.slices.push_back(Slice{start, std::max(start, profile::to_ns(r.end_us)), std::move(ev)});
     }
   }
 

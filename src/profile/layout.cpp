@@ -50,6 +50,58 @@ void write_text_file(const std::string& path, const std::string& text, const cha
   if (!f) fail("write");
 }
 
+namespace {
+
+// Each range at the depth of the ranges of its thread still open when it starts (ranges come
+// in start order, an enclosing one first).
+void lay_out_ranges(const Profile& profile, Layout& layout) {
+  const auto& ranges = profile.ranges();
+  layout.range_lane_of.resize(ranges.size());
+  struct Thread {
+    std::vector<std::int64_t> open_ends;  // the ends of its ranges open at the current start
+    std::vector<std::size_t> lanes;       // lane index per depth
+  };
+  std::vector<std::string> order;
+  std::unordered_map<std::string, Thread> threads;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const ProfiledRange& r = ranges[i];
+    auto [it, added] = threads.try_emplace(r.thread);
+    if (added) order.push_back(r.thread);
+    Thread& t = it->second;
+    const std::int64_t start = to_ns(r.start_us);
+    while (!t.open_ends.empty() && t.open_ends.back() <= start) t.open_ends.pop_back();
+    const std::size_t depth = t.open_ends.size();
+    t.open_ends.push_back(std::max(start, to_ns(r.end_us)));
+    if (depth == t.lanes.size()) {
+      t.lanes.push_back(layout.range_lanes.size());
+      layout.range_lanes.push_back(RangeLane{r.thread, static_cast<int>(depth), {}});
+    }
+    layout.range_lanes[t.lanes[depth]].ranges.push_back(i);
+    layout.range_lane_of[i] = t.lanes[depth];
+  }
+  // Grouped by thread (in the order of their first range), then by depth.
+  std::vector<std::size_t> sorted(layout.range_lanes.size());
+  for (std::size_t i = 0; i < sorted.size(); ++i) sorted[i] = i;
+  auto thread_rank = [&](const RangeLane& l) {
+    return std::find(order.begin(), order.end(), l.thread) - order.begin();
+  };
+  std::stable_sort(sorted.begin(), sorted.end(), [&](std::size_t a, std::size_t b) {
+    const RangeLane& x = layout.range_lanes[a];
+    const RangeLane& y = layout.range_lanes[b];
+    return thread_rank(x) != thread_rank(y) ? thread_rank(x) < thread_rank(y) : x.depth < y.depth;
+  });
+  std::vector<RangeLane> lanes;
+  std::vector<std::size_t> new_index(sorted.size());
+  for (std::size_t k = 0; k < sorted.size(); ++k) {
+    new_index[sorted[k]] = k;
+    lanes.push_back(std::move(layout.range_lanes[sorted[k]]));
+  }
+  layout.range_lanes = std::move(lanes);
+  for (std::size_t& lane : layout.range_lane_of) lane = new_index[lane];
+}
+
+}  // namespace
+
 Layout lay_out(const Profile& profile) {
   Layout layout;
   const auto& ops = profile.ops();
@@ -94,6 +146,7 @@ Layout lay_out(const Profile& profile) {
     }
     if (layout.spans[i]) previous_end[op.stream] = layout.spans[i]->end_ns;
   }
+  lay_out_ranges(profile, layout);
   return layout;
 }
 

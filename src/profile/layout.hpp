@@ -34,11 +34,23 @@ struct StreamTrack {
   std::vector<std::size_t> ops;  // indices into Profile::ops(), in enqueue order
 };
 
+// The user ranges (Profile::ranges()) of one thread at one nesting depth: a lane where none
+// overlaps another. Depth 0 holds the ranges no other range of the thread encloses; a range
+// that overlaps without being enclosed (closed out of order) goes one deeper all the same.
+struct RangeLane {
+  std::string thread;               // "thread 1"
+  int depth = 0;
+  std::vector<std::size_t> ranges;  // indices into Profile::ranges(), in start order
+};
+
 struct Layout {
   std::vector<Device> devices;      // in the order of their first op, the CPU first
   std::vector<StreamTrack> streams; // grouped by device, each device's in order of first op
   std::vector<std::optional<Span>> spans;  // per op index
   std::unordered_map<std::uint64_t, std::size_t> index_of;  // op id -> op index
+  // By thread in the order of their first range, each thread's by depth.
+  std::vector<RangeLane> range_lanes;
+  std::vector<std::size_t> range_lane_of;  // per range index: its lane in range_lanes
 
   const std::optional<Span>* span_of_id(std::uint64_t id) const {
     auto it = index_of.find(id);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/event_state.hpp"
+#include "core/nvtx.hpp"
 #include "core/observer.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/stream_state.hpp"
@@ -196,8 +197,8 @@ std::uint64_t ProfilerState::id_of(const Work* work) const noexcept {
   return it == ids_.end() ? 0 : it->second;
 }
 
-std::uint32_t ProfilerState::thread_number() {
-  return threads_.try_emplace(std::this_thread::get_id(),
+std::uint32_t ProfilerState::thread_number(std::thread::id thread) {
+  return threads_.try_emplace(thread,
                               static_cast<std::uint32_t>(threads_.size() + 1))
       .first->second;
 }
@@ -429,6 +430,16 @@ Profile ProfilerState::stop(std::chrono::nanoseconds timeout,
     p.callbacks_.push_back(
         ProfiledCallback{event_id(c.event), std::move(c.thread), us(c.start_ns), us(c.end_ns)});
   }
+
+  // Ranges are recorded as they close: in the order they began instead (an outer range
+  // before the ranges it holds).
+  std::stable_sort(rec.ranges.begin(), rec.ranges.end(), [](const RangeEntry& a, const RangeEntry& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+  });
+  for (RangeEntry& r : rec.ranges) {
+    p.ranges_.push_back(ProfiledRange{std::move(r.name), "thread " + std::to_string(r.thread),
+                                      us(r.start_ns), us(r.end_ns)});
+  }
   return p;
 }
 
@@ -454,6 +465,34 @@ HostWaitScope::~HostWaitScope() {
   try {
     s->recorded_.host_waits.push_back(detail::ProfilerState::HostWaitEntry{
         event_, s->thread_number(), start_ns_, end_ns, finished_, std::move(ops_)});
+  } catch (...) {
+    s->count_lost();  // a destructor: nothing may escape
+  }
+}
+
+// --- Range -------------------------------------------------------------------------------
+
+Range::Range(std::string name) noexcept {
+  // The NVTX range first: it may only fail to be made, never throw.
+  nvtx_id_ = detail::nvtx::start_range(name.c_str());
+  if (!detail::Recorder::get().recording()) [[likely]] return;
+  thread_ = std::this_thread::get_id();
+  name_ = std::move(name);
+  start_ns_ = detail::host_now_ns();
+}
+
+Range::~Range() {
+  detail::nvtx::end_range(nvtx_id_);
+  if (start_ns_ < 0) [[likely]] return;
+  const std::int64_t end_ns = detail::host_now_ns();
+  detail::Recorder& r = detail::Recorder::get();
+  std::lock_guard lock(r.mu);
+  detail::ProfilerState* s = r.current.load(std::memory_order_relaxed);
+  // A range from before this profiler began (another one ran then) is not its.
+  if (!s || start_ns_ < s->start_ns_) return;
+  try {
+    s->recorded_.ranges.push_back(detail::ProfilerState::RangeEntry{
+        std::move(name_), s->thread_number(thread_), start_ns_, end_ns});
   } catch (...) {
     s->count_lost();  // a destructor: nothing may escape
   }
@@ -488,7 +527,9 @@ std::string Profile::str() const {
          count(streams.size(), "stream", "streams") + ", " +
          count(records_.size(), "record", "records") + ", " +
          count(host_waits_.size(), "host wait", "host waits") + ", " +
-         count(callbacks_.size(), "callback", "callbacks") + ", " + duration + ">";
+         count(callbacks_.size(), "callback", "callbacks") + ", " +
+         (ranges_.empty() ? std::string() : count(ranges_.size(), "range", "ranges") + ", ") + duration +
+         ">";
 }
 
 }  // namespace eventide

@@ -61,6 +61,7 @@ class ProfilerState {
  private:
   friend class Recorder;
   friend class eventide::HostWaitScope;
+  friend class eventide::Range;
 
   enum class OpRole { op, wait };  // a wait: a stream's wait on an event
   struct OpEntry {
@@ -91,11 +92,17 @@ class ProfilerState {
     std::string thread;
     std::int64_t start_ns = 0, end_ns = 0;
   };
+  struct RangeEntry {
+    std::string name;
+    std::uint32_t thread = 0;
+    std::int64_t start_ns = 0, end_ns = 0;
+  };
   struct Recorded {
     std::vector<OpEntry> ops;
     std::vector<RecordEntry> records;
     std::vector<HostWaitEntry> host_waits;
     std::vector<CallbackEntry> callbacks;
+    std::vector<RangeEntry> ranges;
   };
 
   // --- What the Recorder's hooks do, under the recorder's lock. They may throw (out of
@@ -117,7 +124,8 @@ class ProfilerState {
   void count_lost() noexcept { lost_.fetch_add(1, std::memory_order_relaxed); }
 
   std::uint64_t id_of(const Work* work) const noexcept;
-  std::uint32_t thread_number();
+  std::uint32_t thread_number() { return thread_number(std::this_thread::get_id()); }
+  std::uint32_t thread_number(std::thread::id thread);
 
   const std::int64_t start_ns_;
   std::atomic<std::uint64_t> lost_{0};

@@ -9,21 +9,24 @@
 //     "t0", "t1":  the range drawn at first, ns from the profile's start
 //     "texts":     a table of strings (labels, stream names, details, errors), by index
 //     "colours":   the bars' fills, by index (-1 in a bar: the hatched wait pattern)
-//     "kinds":     the bar kinds, by index: op, wait, hostwait, callback
-//     "lanes":     [{"kind": "stream" | "host", "key", "title", "sub", "group"}], top to bottom
+//     "kinds":     the bar kinds, by index: op, wait, hostwait, callback, range
+//     "lanes":     [{"kind": "stream" | "host" | "range", "key", "title", "sub", "group"}], top to
+//                  bottom
 //     "bars":      [lane, kind, colour, label, start_ns, dur_ns, id, seq, detail, error, flags]
 //                  (label, detail, error: indices into texts, -1 for none; flags: kFailed...)
 //     "arrows":    [from bar, to bar, enters at its end (0/1), to the host (0/1)]
 //   }
 //
-// A lane is a row of bars; its kind says what it holds. A lane of a new kind (user ranges,
-// say) is a new entry in "lanes" with its bars in "bars" under a new entry of "kinds": the
-// script draws any lane and any bar kind the same way, a bar in its colour (or hatched).
+// A lane is a row of bars; its kind says what it holds. A lane of a new kind is a new entry in
+// "lanes" with its bars in "bars" under a new entry of "kinds": the script draws any lane and
+// any bar kind the same way, a bar in its colour (or hatched).
 //
 //   rows     a lane per stream (grouped by device), then one per host thread that waited and
-//            per callback thread;
+//            per callback thread, then one per user-range lane (layout.hpp's RangeLane: a
+//            thread's ranges at one nesting depth);
 //   bars     ops at their times (a colour per op name, the name and duration written on them
-//            where they fit), waits hatched, host waits and callbacks; bars narrower than a
+//            where they fit), waits hatched, host waits, callbacks and user ranges (their
+//            name on them); bars narrower than a
 //            pixel are drawn merged into one per pixel run (the tooltip says how many);
 //   arrows   from an op's end to what waited for it, with arrowheads;
 //   axis     above and below, in the page's unit, re-labelled as the view zooms and pans;
@@ -67,6 +70,7 @@ constexpr std::array<const char*, 12> kPalette = {
     "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#8cd17d"};
 constexpr const char* kHostWaitColour = "#aab4c0";
 constexpr const char* kCallbackColour = "#5b5f97";
+constexpr const char* kRangeColour = "#e8d9a8";
 
 std::string escape(const std::string& s) {
   std::string out;
@@ -392,7 +396,7 @@ constexpr const char* kScript = R"JS(
       var what = b.kind === 'op' || b.kind === 'wait' ? b.label + '  #' + b.seq + ' on ' + hit.lane.key : b.label;
       lines = [what];
       if (b.detail) lines.push(b.detail);
-      lines.push('start ' + withUnit(b.start) + ', ' + (b.kind === 'op' || b.kind === 'callback' ? 'duration ' : 'waited ') +
+      lines.push('start ' + withUnit(b.start) + ', ' + (b.kind === 'op' || b.kind === 'callback' || b.kind === 'range' ? 'duration ' : 'waited ') +
                  withUnit(b.dur) + (b.flags & 4 ? ' (timed out)' : ''));
       if (b.flags & 2) lines.push('placed by what it waited for: no device time of its own');
       if (b.error) lines.push('error: ' + b.error);
@@ -453,6 +457,7 @@ class PageWriter {
     }
     for (const ProfiledHostWait& h : p_.host_waits()) take(profile::to_ns(h.start_us), profile::to_ns(h.end_us));
     for (const ProfiledCallback& c : p_.callbacks()) take(profile::to_ns(c.start_us), profile::to_ns(c.end_us));
+    for (const ProfiledRange& r : p_.ranges()) take(profile::to_ns(r.start_us), profile::to_ns(r.end_us));
     if (lo > hi) {
       lo = 0;
       hi = std::max<std::int64_t>(profile::to_ns(p_.duration_us()), 1000);
@@ -551,6 +556,21 @@ class PageWriter {
                                  text("callback of event " + std::to_string(c.event) + " (" + c.thread + ")"),
                                  profile::to_ns(c.start_us), profile::to_ns(c.end_us), c.event, 0, -1, -1, 0));
     }
+    // User ranges: a lane per thread and nesting depth (layout.hpp's RangeLane), after the
+    // host threads'.
+    ++group;
+    std::vector<std::size_t> range_lane(layout_.range_lanes.size());
+    for (std::size_t i = 0; i < layout_.range_lanes.size(); ++i) {
+      const profile::RangeLane& l = layout_.range_lanes[i];
+      range_lane[i] = lanes.size();
+      lanes.push_back(Lane{"range", "ranges " + l.thread + " " + std::to_string(l.depth), l.thread,
+                           l.depth == 0 ? "ranges" : "ranges, depth " + std::to_string(l.depth), group});
+    }
+    for (std::size_t i = 0; i < p_.ranges().size(); ++i) {
+      const ProfiledRange& r = p_.ranges()[i];
+      bar(range_lane[layout_.range_lane_of[i]], 4, colour(kRangeColour), text(r.name + " (range, " + r.thread + ")"),
+          profile::to_ns(r.start_us), profile::to_ns(r.end_us), 0, 0, -1, -1, 0);
+    }
 
     std::string arrows;
     std::size_t n_arrows = 0;
@@ -570,7 +590,7 @@ class PageWriter {
 
     std::string j = "{\"unit\":" + json_string(unit()) + ",\"ns_per_unit\":" +
                     std::to_string(static_cast<long>(ns_per_unit())) + ",\"t0\":" + std::to_string(t0_) +
-                    ",\"t1\":" + std::to_string(t1_) + ",\n\"kinds\":[\"op\",\"wait\",\"hostwait\",\"callback\"]";
+                    ",\"t1\":" + std::to_string(t1_) + ",\n\"kinds\":[\"op\",\"wait\",\"hostwait\",\"callback\",\"range\"]";
     j += ",\n\"colours\":[";
     for (std::size_t i = 0; i < colours_.size(); ++i) {
       if (i) j += ',';
@@ -602,7 +622,8 @@ class PageWriter {
                           " on " + count(layout_.streams.size(), "stream", "streams") + " · " +
                           count(p_.records().size(), "record", "records") + " · " +
                           count(p_.host_waits().size(), "host wait", "host waits") + " · " +
-                          count(p_.callbacks().size(), "callback", "callbacks") + " · profile " +
+                          count(p_.callbacks().size(), "callback", "callbacks") + " · " +
+                          count(p_.ranges().size(), "range", "ranges") + " · profile " +
                           in_unit(p_.duration_us() * 1e3) + ", drawn " + in_unit(static_cast<double>(t0_)) +
                           " to " + in_unit(static_cast<double>(t1_)) + " · times in " + unit();
     std::string h;

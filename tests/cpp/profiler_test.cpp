@@ -69,6 +69,11 @@ void expect_times_inside(const ev::Profile& p) {
     EXPECT_GE(r.at_us, 0.0);
     EXPECT_LE(r.at_us, p.duration_us() + slack);
   }
+  for (const ev::ProfiledRange& r : p.ranges()) {
+    EXPECT_GE(r.start_us, 0.0);
+    EXPECT_LE(r.start_us, r.end_us);
+    EXPECT_LE(r.end_us, p.duration_us() + slack);
+  }
 }
 
 TEST(ProfilerTest, RecordsOpsWithTheirNamesStreamsShapesAndTimes) {
@@ -643,3 +648,147 @@ TEST(ProfilerTest, AnEmptyProfileExportsToo) {
 }
 
 }  // namespace
+
+// --- User ranges (ev::Range) -------------------------------------------------------------
+
+namespace {
+
+const ev::ProfiledRange* find_range(const ev::Profile& p, const std::string& name) {
+  for (const ev::ProfiledRange& r : p.ranges()) {
+    if (r.name == name) return &r;
+  }
+  return nullptr;
+}
+
+// Two nested ranges around an op and its wait on this thread, one on another thread.
+ev::Profile ranges_profile() {
+  ev::Profiler profiler;
+  {
+    ev::Range outer("step");
+    ev::Stream s(ev::Device::cpu());
+    ev::Event e = s.enqueue("sleep", [] { std::this_thread::sleep_for(3ms); });
+    {
+      ev::Range inner("wait for it");
+      e.wait();  // blocks: a host wait of this thread
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  std::thread([] {
+    ev::Range other("elsewhere");
+    std::this_thread::sleep_for(1ms);
+  }).join();
+  return profiler.stop();
+}
+
+}  // namespace
+
+TEST(ProfilerTest, RecordsUserRangesWithTheirThreadInTheOrderTheyBegan) {
+  run_with_deadline([] {
+    ev::Range before("before the profiler");  // open before: not in the profile
+    ev::Profile p = ranges_profile();
+    ASSERT_EQ(p.ranges().size(), 3u) << p.str();
+    EXPECT_EQ(p.ranges()[0].name, "step");
+    EXPECT_EQ(p.ranges()[1].name, "wait for it");
+    EXPECT_EQ(p.ranges()[2].name, "elsewhere");
+    const ev::ProfiledRange& outer = p.ranges()[0];
+    const ev::ProfiledRange& inner = p.ranges()[1];
+    EXPECT_LE(outer.start_us, inner.start_us);
+    EXPECT_GE(outer.end_us, inner.end_us);
+    EXPECT_GE(inner.end_us - inner.start_us, 1000.0);
+    EXPECT_EQ(outer.thread, inner.thread);
+    EXPECT_NE(p.ranges()[2].thread, outer.thread);
+    EXPECT_EQ(find_range(p, "before the profiler"), nullptr);
+    EXPECT_NE(p.str().find("3 ranges"), std::string::npos) << p.str();
+    // The thread of a range is named as the same thread's host waits are.
+    ASSERT_FALSE(p.host_waits().empty());
+    EXPECT_EQ(p.host_waits()[0].thread, outer.thread);
+    expect_times_inside(p);
+  });
+}
+
+TEST(ProfilerTest, ARangeStillOpenWhenTheProfileIsTakenIsLeftOut) {
+  run_with_deadline([] {
+    ev::Profiler profiler;
+    auto open = std::make_unique<ev::Range>("still open");
+    { ev::Range closed("closed"); }
+    ev::Profile p = profiler.stop();
+    open.reset();  // after stop(): recorded nowhere
+    ASSERT_EQ(p.ranges().size(), 1u);
+    EXPECT_EQ(p.ranges()[0].name, "closed");
+  });
+}
+
+TEST(ProfilerTest, RangesFromManyThreadsAreAllRecorded) {
+  for_thread_counts([](int threads) {
+    ev::Profiler profiler;
+    run_threads(threads, [](int i) {
+      for (int k = 0; k < 20; ++k) {
+        ev::Range r("range " + std::to_string(i));
+        ev::Range nested("nested");
+      }
+    });
+    ev::Profile p = profiler.stop();
+    EXPECT_EQ(p.ranges().size(), static_cast<std::size_t>(threads) * 40);
+    std::set<std::string> names;
+    for (const ev::ProfiledRange& r : p.ranges()) names.insert(r.thread);
+    EXPECT_EQ(names.size(), static_cast<std::size_t>(threads));
+  });
+}
+
+TEST(ProfilerTest, ChromeTraceHasUserRangesAsNestedCompleteEventsOnTheirThreadsTrack) {
+  run_with_deadline([] {
+    ev::Profile p = ranges_profile();
+    const json trace = json::parse(p.chrome_trace());
+    std::map<std::string, json> ranges;
+    std::map<std::pair<int, int>, std::string> track_names;
+    for (const json& ev : trace["traceEvents"]) {
+      if (ev["ph"] == "M" && ev["name"] == "thread_name") {
+        track_names[{ev["pid"].get<int>(), ev["tid"].get<int>()}] = ev["args"]["name"];
+      }
+      if (ev.value("cat", "") == "range") ranges[ev["name"].get<std::string>()] = ev;
+    }
+    ASSERT_EQ(ranges.size(), 3u);
+    const json& outer = ranges["step"];
+    const json& inner = ranges["wait for it"];
+    EXPECT_EQ(outer["ph"], "X");
+    EXPECT_EQ(outer["tid"], inner["tid"]) << "one thread's ranges share a track";
+    EXPECT_NE(outer["tid"], ranges["elsewhere"]["tid"]);
+    EXPECT_LE(outer["ts"].get<double>(), inner["ts"].get<double>());
+    EXPECT_GE(outer["ts"].get<double>() + outer["dur"].get<double>(),
+              inner["ts"].get<double>() + inner["dur"].get<double>())
+        << "the inner range is nested in the outer one";
+    const std::pair<int, int> track{outer["pid"].get<int>(), outer["tid"].get<int>()};
+    EXPECT_EQ(track_names[track], "ranges · " + p.ranges()[0].thread);
+  });
+}
+
+TEST(ProfilerTest, TimelinePageDrawsUserRangesOnARowPerThreadAndDepth) {
+  run_with_deadline([] {
+    ev::Profile p = ranges_profile();
+    const std::string html = p.timeline_html();
+    const std::string open = "<script type=\"application/json\" id=\"eventide-timeline-data\">";
+    const std::size_t from = html.find(open);
+    ASSERT_NE(from, std::string::npos);
+    const std::size_t to = html.find("</script>", from);
+    const json data = json::parse(html.substr(from + open.size(), to - from - open.size()));
+    std::vector<std::string> range_lanes;
+    for (const json& l : data["lanes"]) {
+      if (l["kind"] == "range") range_lanes.push_back(l["sub"].get<std::string>() + " / " + l["title"].get<std::string>());
+    }
+    std::size_t bars = 0;
+    bool named = false;
+    for (const json& b : data["bars"]) {
+      if (data["kinds"][b[1].get<int>()] != "range") continue;
+      ++bars;
+      EXPECT_EQ(data["lanes"][b[0].get<int>()]["kind"], "range") << "a range's bar is on a range lane";
+      named |= data["texts"][b[3].get<int>()].get<std::string>().rfind("wait for it", 0) == 0;
+    }
+    EXPECT_EQ(bars, 3u);
+    EXPECT_TRUE(named) << "a range's bar carries its name";
+    // Lanes: the first thread at depths 0 and 1, the other thread at depth 0.
+    ASSERT_EQ(range_lanes.size(), 3u);
+    EXPECT_EQ(std::count_if(range_lanes.begin(), range_lanes.end(),
+                            [](const std::string& l) { return l.rfind("ranges, depth 1", 0) == 0; }),
+              1) << "the nested range has a lane below";
+  });
+}
