@@ -44,6 +44,7 @@ from ._eventide import (  # noqa: F401  (re-exported)
     add,
     allow_tf32,
     bfloat16,
+    cast,
     current_stream,
     default_device,
     default_stream,
@@ -80,7 +81,7 @@ from . import _eventide
 _os.register_at_fork(before=_eventide._pause_for_fork, after_in_parent=_eventide._resume_after_fork)
 
 __all__ = [
-    "Device", "DeviceError", "Event", "EventideError", "EventStateError", "InvalidArgumentError",
+    "cast", "Device", "DeviceError", "Event", "EventideError", "EventStateError", "InvalidArgumentError",
     "OpError", "Profile", "Profiler", "Stream", "Tensor", "UserEvent", "add", "allow_tf32",
     "bfloat16", "current_stream", "default_device", "default_stream", "device_info", "devices",
     "dtype", "empty", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "int32",
@@ -199,22 +200,27 @@ class profile:
 
     @property
     def ops(self) -> list:
+        """One dict per op (Profile.ops)."""
         return self.profile.ops
 
     @property
     def records(self) -> list:
+        """One dict per event record (Profile.records)."""
         return self.profile.records
 
     @property
     def host_waits(self) -> list:
+        """One dict per host wait (Profile.host_waits)."""
         return self.profile.host_waits
 
     @property
     def callbacks(self) -> list:
+        """One dict per callback run (Profile.callbacks)."""
         return self.profile.callbacks
 
     @property
     def duration_us(self) -> float:
+        """Microseconds from the profile's start to its end."""
         return self.profile.duration_us
 
     def chrome_trace(self) -> str:

@@ -511,3 +511,13 @@ def test_a_sticky_error_fails_waiters_pollers_awaits_and_callbacks_without_a_han
     assert results["default stream synchronize"] == "DeviceError", results
     assert results["new op"] == "DeviceError", results
     assert results["callbacks"] == ["inflight"], results
+
+
+def test_astype_converts_bfloat16_and_float16_on_the_gpu():
+    src = np.linspace(-4, 4, 4097, dtype=np.float32)
+    t = ev.tensor(src, device=GPU)
+    for dtype in (ev.bfloat16, ev.float16):
+        back = t.astype(dtype).astype(ev.float32)
+        assert back.device == ev.Device(GPU)
+        want = ev.tensor(src).astype(dtype).astype(ev.float32).numpy()  # the CPU's rounding
+        np.testing.assert_array_equal(back.numpy(), want)
