@@ -139,7 +139,7 @@ def test_functions_take_the_stub_keywords_when_called():
 
 def test_classes_and_functions_live_in_the_public_module():
     for name in ("Event", "UserEvent", "Stream", "Tensor", "Device", "dtype", "Profile",
-                 "Profiler"):
+                 "Profiler", "BenchmarkResult"):
         assert getattr(ev, name).__module__ == "eventide", name
     assert ev.matmul.__module__ == "eventide"
 
