@@ -72,6 +72,19 @@ std::string python_message(std::string_view text) {
   out.reserve(text.size() + 16);
   std::size_t i = 0;
   while (i < text.size()) {
+    // A quoted value ('f32', "bf16") is the user's own text: kept as written.
+    const char c = text[i];
+    if ((c == '\'' || c == '"') && (i == 0 || !word_char(text[i - 1]))) {
+      std::size_t close = text.find(c, i + 1);
+      while (close != std::string_view::npos && close + 1 < text.size() && word_char(text[close + 1])) {
+        close = text.find(c, close + 1);  // an apostrophe inside ("it's"), not the end
+      }
+      if (close != std::string_view::npos) {
+        out.append(text.substr(i, close + 1 - i));
+        i = close + 1;
+        continue;
+      }
+    }
     bool replaced = false;
     for (const auto& [from, to] : kPrefixes) {
       if (text.substr(i, from.size()) == from) {

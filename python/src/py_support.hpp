@@ -63,7 +63,7 @@ class PythonError : public std::exception {
 
 // An eventide error message as Python users read it: the C++ dtype spellings (f32, bf16, ...)
 // become Python's (float32, bfloat16, ...), "Tensor::fn" becomes "Tensor.fn" and an event's
-// "<Event ...>" its repr "<eventide.Event ...>".
+// "<Event ...>" its repr "<eventide.Event ...>". Quoted text (a user's value) is left alone.
 std::string python_message(std::string_view text);
 
 // Registers the exception classes on `m` and the translator from C++ errors.

@@ -168,6 +168,12 @@ def test_error_messages_use_python_dtype_names():
     assert "int32" in str(info.value) and "i32" not in str(info.value).replace("int32", "")
 
 
+def test_error_messages_keep_the_users_own_quoted_text():
+    with pytest.raises(ev.InvalidArgumentError) as info:
+        ev.Device("f32")
+    assert "'f32'" in str(info.value) or '"f32"' in str(info.value), str(info.value)
+
+
 def test_every_docstring_signature_names_python_types():
     """No pybind11 signature falls back to a C++ type name (a type bound after the function)."""
     bad = []
