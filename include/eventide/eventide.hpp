@@ -16,6 +16,7 @@
 #include "eventide/device.hpp"
 #include "eventide/dtype.hpp"
 #include "eventide/errors.hpp"
+#include "eventide/benchmark.hpp"
 #include "eventide/event.hpp"
 #include "eventide/profiler.hpp"
 #include "eventide/runtime.hpp"

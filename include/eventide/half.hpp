@@ -1,6 +1,7 @@
 // eventide/half.hpp: f32 to f16 and bf16 bits, rounded to nearest even (NaN stays NaN, f16
 // overflows to infinity), for filling tensors of those types from host values (from_host
-// takes their bits as std::uint16_t). Pure functions: any thread.
+// takes their bits as std::uint16_t), and back (exact: every f16 and bf16 is an f32). Pure
+// functions: any thread.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,38 @@ inline std::uint16_t float_to_f16(float f) {
   const std::uint32_t rem = absx & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
   return static_cast<std::uint16_t>(sign | h);
+}
+
+inline float bf16_to_float(std::uint16_t bits) {
+  const std::uint32_t x = static_cast<std::uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+inline float f16_to_float(std::uint16_t bits) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+  std::uint32_t exp = (bits >> 10) & 0x1fu;
+  std::uint32_t mant = bits & 0x3ffu;
+  std::uint32_t x;
+  if (exp == 0x1fu) {
+    x = sign | 0x7f800000u | (mant << 13);  // infinity, NaN (payload kept)
+  } else if (exp != 0) {
+    x = sign | ((exp + 112) << 23) | (mant << 13);  // rebias 15 -> 127
+  } else if (mant == 0) {
+    x = sign;  // signed zero
+  } else {
+    // Subnormal f16: normalize the significand (value = mant * 2^-24).
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400u) == 0);
+    x = sign | static_cast<std::uint32_t>(112 - e) << 23 | ((mant & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
 }
 
 }  // namespace eventide

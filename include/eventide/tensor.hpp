@@ -187,6 +187,16 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // Elementwise; same shape, dtype and device.
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
+// A copy of `t` with elements converted to `dtype` (rounded to nearest even), on t's device,
+// asynchronously on the current stream: to read bf16 results in NumPy, cast(t, DType::f32)
+// first. Floating dtypes only (f32, f64, f16, bf16), else InvalidArgument; the same dtype
+// gives a copy.
+//
+// @code
+//   Tensor half = eventide::cast(eventide::randn({4, 4}), DType::bf16);
+//   Tensor back = eventide::cast(half, DType::f32);
+// @endcode
+Tensor cast(const Tensor& t, DType dtype);
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 

@@ -29,6 +29,7 @@ import threading as _threading
 from typing import Any, Iterable, Optional, Sequence
 
 from ._eventide import (  # noqa: F401  (re-exported)
+    BenchmarkResult,
     Device,
     DeviceError,
     Event,
@@ -45,6 +46,7 @@ from ._eventide import (  # noqa: F401  (re-exported)
     add,
     allow_tf32,
     bfloat16,
+    cast,
     current_stream,
     default_device,
     default_stream,
@@ -81,7 +83,7 @@ from . import _eventide
 _os.register_at_fork(before=_eventide._pause_for_fork, after_in_parent=_eventide._resume_after_fork)
 
 __all__ = [
-    "Device", "DeviceError", "Event", "EventideError", "EventStateError", "InvalidArgumentError",
+    "BenchmarkResult", "benchmark", "cast", "Device", "DeviceError", "Event", "EventideError", "EventStateError", "InvalidArgumentError",
     "OpError", "Profile", "Profiler", "Stream", "Tensor", "UserEvent", "add", "allow_tf32",
     "bfloat16", "current_stream", "default_device", "default_stream", "device_info", "devices",
     "dtype", "empty", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "int32",
@@ -154,6 +156,43 @@ def stream(s: Any):
         yield s
 
 
+# --- Benchmarking --------------------------------------------------------------------------
+
+def benchmark(fn: Any, *args: Any, n_repeat: int = 100, n_warmup: int = 10,
+              max_duration: Optional[float] = None, name: Optional[str] = None,
+              device: Any = None, progress: Optional[bool] = None,
+              kwargs: Optional[dict] = None) -> BenchmarkResult:
+    """Time ``fn(*args, **kwargs)`` on the host and on the device::
+
+        a, b = ev.randn(512, 512), ev.randn(512, 512)
+        print(ev.benchmark(ev.matmul, a, b, n_repeat=100))
+        # matmul : CPU:  25.1 us +/- 3.2 (min: 21.0 / max: 40.3) us    cpu:  812.4 us +/- ...
+
+    ``n_warmup`` untimed calls first, then up to ``n_repeat`` timed ones. Each timed call is
+    bracketed by markers recorded on the current stream of ``device`` (default: the default
+    device); its host (CPU) time is what the call itself took, its device time the device's
+    time from the first marker to the second (``Event.elapsed_time``), and each run waits for
+    its work before the next starts. No timed run starts after ``max_duration`` seconds (at
+    least one is made). A progress line is written to stderr once the benchmark has run for a
+    second (``progress=None``), from the start (``True``) or never (``False``).
+
+    The GIL is released between calls, and Ctrl-C ends the benchmark. An exception raised by
+    ``fn`` (or by the work it enqueued) propagates, with no result. ValueError
+    (InvalidArgumentError) for ``n_repeat < 1``, ``n_warmup < 0``, a negative
+    ``max_duration``.
+    """
+    if not callable(fn):
+        raise TypeError(f"benchmark: fn must be callable, got {fn!r}")
+    for arg, value in (("n_repeat", n_repeat), ("n_warmup", n_warmup)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"benchmark: {arg} must be an int, got {value!r}")
+    if name is None:
+        name = getattr(fn, "__name__", None) or type(fn).__name__
+    call_kwargs = dict(kwargs or {})
+    call = fn if not args and not call_kwargs else (lambda: fn(*args, **call_kwargs))
+    return _eventide._benchmark(call, n_repeat, n_warmup, max_duration, name, device, progress)
+
+
 # --- Profiling -----------------------------------------------------------------------------
 
 class profile:
@@ -201,18 +240,22 @@ class profile:
 
     @property
     def ops(self) -> list:
+        """One dict per op (Profile.ops)."""
         return self.profile.ops
 
     @property
     def records(self) -> list:
+        """One dict per event record (Profile.records)."""
         return self.profile.records
 
     @property
     def host_waits(self) -> list:
+        """One dict per host wait (Profile.host_waits)."""
         return self.profile.host_waits
 
     @property
     def callbacks(self) -> list:
+        """One dict per callback run (Profile.callbacks)."""
         return self.profile.callbacks
 
     @property
@@ -221,6 +264,7 @@ class profile:
 
     @property
     def duration_us(self) -> float:
+        """Microseconds from the profile's start to its end."""
         return self.profile.duration_us
 
     def chrome_trace(self) -> str:

@@ -143,6 +143,9 @@ class Tensor:
                    dl_device: Optional[Tuple[int, int]] = None, copy: Optional[bool] = None) -> Any: ...
     def __dlpack_device__(self) -> Tuple[int, int]: ...
     def to(self, device: DeviceLike) -> Tensor: ...
+    def astype(self, dtype: DTypeLike) -> Tensor:
+        """A copy converted to `dtype` (float32, float64, float16, bfloat16; rounded to nearest
+        even) on the tensor's device, asynchronous. t.astype(ev.float32).numpy() reads bfloat16."""
     def __matmul__(self, other: Tensor) -> Tensor: ...
     def __add__(self, other: Tensor) -> Tensor: ...
     def __mul__(self, other: Tensor) -> Tensor: ...
@@ -178,6 +181,39 @@ class Profiler:
     def __init__(self) -> None: ...
     def stop(self, timeout: Optional[float] = None) -> Profile:
         """Waits (GIL released) for the recorded work, at most `timeout` seconds (default 10)."""
+
+class BenchmarkResult:
+    """ev.benchmark's times, in microseconds. str()/repr(): one line, cupy-style:
+    ``name : CPU: mean us +/- stdev (min: ... / max: ...) us    cpu: ...`` (host, then device)."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def device(self) -> Device: ...
+    @property
+    def n_warmup(self) -> int: ...
+    @property
+    def n_runs(self) -> int: ...
+    @property
+    def host_times_us(self) -> list[float]:
+        """Host (CPU) time of each timed call."""
+    @property
+    def device_times_us(self) -> list[float]:
+        """Device time between the markers around each timed call."""
+    @property
+    def host_stats(self) -> dict[str, float]:
+        """mean, stdev, min, p50, median (= p50), p99, max of host_times_us."""
+    @property
+    def device_stats(self) -> dict[str, float]:
+        """mean, stdev, min, p50, median (= p50), p99, max of device_times_us."""
+
+def benchmark(fn: Callable[..., Any], *args: Any, n_repeat: int = 100, n_warmup: int = 10,
+              max_duration: Optional[float] = None, name: Optional[str] = None,
+              device: DeviceLike = None, progress: Optional[bool] = None,
+              kwargs: Optional[dict[str, Any]] = None) -> BenchmarkResult:
+    """Time fn(*args, **kwargs): n_warmup untimed calls, then up to n_repeat timed ones (none
+    started after max_duration seconds), each between markers on the current stream of
+    `device`: host time of the call and device time between the markers. progress: None
+    shows a line on stderr after 1 s, True from the start, False never."""
 
 class profile:
     """``with ev.profile() as prof: ...``, then prof.export_chrome_trace(path),
@@ -230,6 +266,8 @@ def from_dlpack(x: Any) -> Tensor: ...
 def matmul(a: Tensor, b: Tensor) -> Tensor: ...
 def add(a: Tensor, b: Tensor) -> Tensor: ...
 def mul(a: Tensor, b: Tensor) -> Tensor: ...
+def cast(tensor: Tensor, dtype: DTypeLike) -> Tensor:
+    """tensor.astype(dtype)."""
 def manual_seed(seed: int, device: DeviceLike = None) -> None: ...
 
 def wait_all(events: Iterable[Any], timeout: Optional[float] = None) -> bool: ...

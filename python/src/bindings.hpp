@@ -7,6 +7,7 @@
 //   numpy_dlpack.cpp  NumPy arrays and DLPack capsules in and out, without copies where possible
 //   fast_paths.cpp    plain CPython entry points for the calls made in tight loops
 //   profiler.cpp      Profiler and Profile
+//   benchmark.cpp     ev.benchmark and BenchmarkResult
 //   module.cpp        the module: the classes above, device and runtime functions, exit
 //
 // The extension uses eventide's public API only (include/eventide): behaviour that exists in
@@ -87,5 +88,8 @@ void install_fast_paths(py::handle cls);
 
 // --- profiler.cpp ---
 void bind_profiler(py::module_& m);
+
+// --- benchmark.cpp ---
+void bind_benchmark(py::module_& m);
 
 }  // namespace eventide::python

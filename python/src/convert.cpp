@@ -94,9 +94,12 @@ void bind_types(py::module_& m) {
         }
       })
       .def("__hash__", [](DType d) { return static_cast<int>(d); })
-      .def_property_readonly("name", [](DType d) { return py_name(d); })
-      .def_property_readonly("itemsize", [](DType d) { return itemsize(d); })
-      .def_property_readonly("is_floating_point", [](DType d) { return is_floating(d); });
+      .def_property_readonly("name", [](DType d) { return py_name(d); },
+                             "NumPy's and PyTorch's name: 'float32', 'bfloat16', ...")
+      .def_property_readonly("itemsize", [](DType d) { return itemsize(d); },
+                             "The size of one element, in bytes.")
+      .def_property_readonly("is_floating_point", [](DType d) { return is_floating(d); },
+                             "True for float32, float64, float16 and bfloat16.");
   for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::f16, DType::bf16}) {
     m.attr(py_name(d)) = py::cast(d);
   }
@@ -104,8 +107,10 @@ void bind_types(py::module_& m) {
   // --- Device ---
   py::class_<Device>(m, "Device", "A device: 'cpu' or 'cuda:N'.")
       .def(py::init([](const py::object& spec) { return device_or_default(spec); }), "spec"_a)
-      .def_property_readonly("type", [](Device d) { return std::string(d.kind_name()); })
-      .def_property_readonly("index", [](Device d) { return d.index(); })
+      .def_property_readonly("type", [](Device d) { return std::string(d.kind_name()); },
+                             "The kind of device: 'cpu' or 'cuda'.")
+      .def_property_readonly("index", [](Device d) { return d.index(); },
+                             "The device's number among those of its kind (0 for the cpu).")
       .def("__str__", &Device::str)
       .def("__repr__", [](Device d) { return "eventide.Device('" + d.str() + "')"; })
       .def("__eq__", [](Device a, const py::object& b) {

@@ -190,13 +190,16 @@ void bind_events(py::module_& m) {
       .def("wait", &wait_event, "timeout"_a = py::none(),
            "Block until finished (True) or `timeout` seconds pass (False). Raises the error of "
            "failed work, EventStateError if the event is empty.")
-      .def_property_readonly("device", &Event::device)
-      .def_property_readonly("status", [](const Event& e) { return std::string(name(e.status())); })
-      .def_property_readonly("enable_timing", &Event::timing_enabled)
+      .def_property_readonly("device", &Event::device,
+                             "The device of the tied work; None until the first record unless given.")
+      .def_property_readonly("status", [](const Event& e) { return std::string(name(e.status())); },
+                             "'empty', 'pending', 'finished' or 'failed' (never blocks).")
+      .def_property_readonly("enable_timing", &Event::timing_enabled,
+                             "Whether the event keeps device times (time_elapsed, elapsed_time).")
       .def_property_readonly("error", [](const Event& e) -> py::object {
         auto err = e.error();
         return err ? to_python_exception(err) : py::none();
-      })
+      }, "The exception of the failed tied work, else None (never blocks).")
       .def("time_elapsed", [](const Event& e) { return e.time_elapsed().count(); },
            "Device time of the tied work, in microseconds (float).")
       .def("elapsed_time", [](const Event& e, const Event& end) { return e.elapsed_time(end).count(); },

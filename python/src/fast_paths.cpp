@@ -105,19 +105,22 @@ PyObject* fast_synchronize(PyObject* self, PyObject*) {
 }  // namespace
 
 void install_fast_paths(py::handle cls) {
+  // The docstrings open with a text signature ("name($self, ...)\n--\n\n"), which CPython
+  // gives to inspect.signature; the keyword names are the slow paths' ("obj", "timeout").
   static PyMethodDef poll_def{"poll", &fast_poll, METH_NOARGS,
-                              "True once all tied work has finished (never blocks)."};
-  static PyMethodDef query_def{"query", &fast_poll, METH_NOARGS, "PyTorch's spelling of poll()."};
+                              "poll($self, /)\n--\n\nTrue once all tied work has finished (never blocks)."};
+  static PyMethodDef query_def{"query", &fast_poll, METH_NOARGS,
+                               "query($self, /)\n--\n\nPyTorch's spelling of poll()."};
   static PyMethodDef record_def{"record", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_record)),
                                 METH_FASTCALL | METH_KEYWORDS,
-                                "record(obj=None): tie the event to the op that produced a tensor, "
+                                "record($self, /, obj=None)\n--\n\nTie the event to the op that produced a tensor, "
                                 "or to all work so far on a stream (default: the current stream)."};
   static PyMethodDef wait_def{"wait", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_wait)),
                               METH_FASTCALL | METH_KEYWORDS,
-                              "wait(timeout=None) -> bool: block until finished (True) or timeout "
+                              "wait($self, /, timeout=None)\n--\n\nBlock until finished (True) or timeout "
                               "seconds pass (False); raises the error of failed work."};
   static PyMethodDef synchronize_def{"synchronize", &fast_synchronize, METH_NOARGS,
-                                     "PyTorch's spelling of wait()."};
+                                     "synchronize($self, /)\n--\n\nPyTorch's spelling of wait()."};
   static PyGetSetDef completed_def{"completed", &fast_completed, nullptr,
                                    "True once all tied work has finished.", nullptr};
   // The pybind11 overloads stay reachable for the cases the fast paths hand on (their error

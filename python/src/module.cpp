@@ -13,12 +13,19 @@ using namespace pybind11::literals;
 
 PYBIND11_MODULE(_eventide, m) {
   m.doc() = "eventide: asynchronous device work and events (C++ core)";
+  // The classes and functions are the public module's (the package re-exports them all): while
+  // they are made, this module is called `eventide`, so that their __module__, the type names
+  // in pybind11's signatures and TypeErrors, and tracebacks read `eventide.Tensor`, not
+  // `eventide._eventide.Tensor`. The import system keeps the real name.
+  const py::object real_name = m.attr("__name__");
+  m.attr("__name__") = "eventide";
   register_exceptions(m);
   bind_types(m);
   bind_events(m);
   bind_streams(m);
   bind_tensors(m);
   bind_profiler(m);
+  bind_benchmark(m);
 
   m.def("_deferred_releases", &interop::deferred_releases,
         "How many releases of Python objects waited for their thread to let go of the "
@@ -31,8 +38,10 @@ PYBIND11_MODULE(_eventide, m) {
     interop::pause_for_fork();
   });
   m.def("_resume_after_fork", [] { interop::resume_after_fork(); });
-  m.def("default_device", &default_device);
-  m.def("devices", &devices);
+  m.def("default_device", &default_device,
+        "The device ops use when none is given: $EVENTIDE_DEVICE if set, else cuda:0 if "
+        "available, else cpu.");
+  m.def("devices", &devices, "The available devices (cpu first).");
   m.def("is_available", [](const py::object& d) {
     try {
       auto dev = to_device(d);
@@ -40,15 +49,17 @@ PYBIND11_MODULE(_eventide, m) {
     } catch (const Error&) {
       return false;
     }
-  });
+  }, "device"_a, "Whether `device` (a Device, 'cpu', 'cuda:1', a torch.device) can be used; False "
+     "for a spelling that names no device.");
   m.def("device_info", [](const py::object& d) {
     DeviceInfo info = device_info(device_or_default(d));
     return py::dict("device"_a = info.device, "name"_a = info.name, "description"_a = info.description);
   }, "device"_a = py::none());
   m.def("set_allow_tf32", &set_allow_tf32, "allow"_a,
         "Let f32 matmul on GPUs use TF32 tensor cores (off by default, as in PyTorch).");
-  m.def("allow_tf32", &allow_tf32);
+  m.def("allow_tf32", &allow_tf32, "Whether f32 matmul on GPUs may use TF32 (set_allow_tf32).");
   m.attr("__version__") = std::string(version());
+  m.attr("__name__") = real_name;
 
 
   // At interpreter exit (after non-daemon threads have finished): no runtime thread may touch

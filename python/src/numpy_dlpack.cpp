@@ -29,7 +29,7 @@ py::dtype numpy_dtype(DType d) {
     case DType::f16: return py::dtype("float16");
     case DType::bf16: break;
   }
-  throw InvalidArgument("NumPy has no bfloat16: convert the tensor on the device first");
+  throw InvalidArgument("NumPy has no bfloat16: convert the tensor on its device first, t.astype(eventide.float32)");
 }
 
 std::vector<py::ssize_t> c_strides(const Shape& shape, std::size_t item) {

@@ -103,7 +103,8 @@ void bind_profiler(py::module_& m) {
       .def_property_readonly("ranges", &ranges_list,
                              "One dict per user range (ev.range), in the order they began: name, thread, "
                              "start_us, end_us.")
-      .def_property_readonly("duration_us", &Profile::duration_us)
+      .def_property_readonly("duration_us", &Profile::duration_us,
+                             "Microseconds from the profile's start to its end (float).")
       .def("chrome_trace", &Profile::chrome_trace, py::call_guard<py::gil_scoped_release>(),
            "The Chrome trace (JSON text) that Perfetto and chrome://tracing load.")
       .def("export_chrome_trace",

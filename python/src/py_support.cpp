@@ -1,7 +1,10 @@
 #include "py_support.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <string_view>
+#include <utility>
 #include <thread>
 
 #include "eventide/errors.hpp"
@@ -55,9 +58,63 @@ PythonError::PythonError(py::object exc) {
   exc_ = std::make_shared<PyHandle>(std::move(exc));
 }
 
+std::string python_message(std::string_view text) {
+  // The C++ spellings in eventide's messages, and what Python calls the same things.
+  static constexpr std::pair<std::string_view, std::string_view> kWords[] = {
+      {"f32", "float32"}, {"f64", "float64"}, {"f16", "float16"},
+      {"bf16", "bfloat16"}, {"i32", "int32"}, {"i64", "int64"},
+  };
+  static constexpr std::pair<std::string_view, std::string_view> kPrefixes[] = {
+      {"Tensor::", "Tensor."}, {"<Event ", "<eventide.Event "}, {"<UserEvent ", "<eventide.UserEvent "},
+  };
+  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  out.reserve(text.size() + 16);
+  std::size_t i = 0;
+  while (i < text.size()) {
+    // A quoted value ('f32', "bf16") is the user's own text: kept as written.
+    const char c = text[i];
+    if ((c == '\'' || c == '"') && (i == 0 || !word_char(text[i - 1]))) {
+      std::size_t close = text.find(c, i + 1);
+      while (close != std::string_view::npos && close + 1 < text.size() && word_char(text[close + 1])) {
+        close = text.find(c, close + 1);  // an apostrophe inside ("it's"), not the end
+      }
+      if (close != std::string_view::npos) {
+        out.append(text.substr(i, close + 1 - i));
+        i = close + 1;
+        continue;
+      }
+    }
+    bool replaced = false;
+    for (const auto& [from, to] : kPrefixes) {
+      if (text.substr(i, from.size()) == from) {
+        out += to;
+        i += from.size();
+        replaced = true;
+        break;
+      }
+    }
+    if (replaced) continue;
+    if (i == 0 || !word_char(text[i - 1])) {
+      for (const auto& [from, to] : kWords) {
+        const std::size_t end = i + from.size();
+        if (text.substr(i, from.size()) == from && (end == text.size() || !word_char(text[end]))) {
+          out += to;
+          i = end;
+          replaced = true;
+          break;
+        }
+      }
+    }
+    if (!replaced) out += text[i++];
+  }
+  return out;
+}
+
 py::object to_python_exception(const std::exception_ptr& error) {
   auto make = [](PyObject* type, const char* what) {
-    return py::reinterpret_steal<py::object>(PyObject_CallFunction(type, "s", what));
+    const std::string text = python_message(what);
+    return py::reinterpret_steal<py::object>(PyObject_CallFunction(type, "s", text.c_str()));
   };
   try {
     std::rethrow_exception(error);

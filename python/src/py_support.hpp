@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace eventide::python {
 
@@ -59,6 +60,11 @@ class PythonError : public std::exception {
   std::shared_ptr<PyHandle> exc_;  // shared: exception_ptr copies the exception object
   std::string what_;
 };
+
+// An eventide error message as Python users read it: the C++ dtype spellings (f32, bf16, ...)
+// become Python's (float32, bfloat16, ...), "Tensor::fn" becomes "Tensor.fn" and an event's
+// "<Event ...>" its repr "<eventide.Event ...>". Quoted text (a user's value) is left alone.
+std::string python_message(std::string_view text);
 
 // Registers the exception classes on `m` and the translator from C++ errors.
 void register_exceptions(py::module_& m);

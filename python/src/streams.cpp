@@ -211,7 +211,7 @@ void bind_streams(py::module_& m) {
                   "thread's per-thread default stream), not owned.")
       .def_property_readonly("native_handle", [](const Stream& s) {
         return reinterpret_cast<std::uintptr_t>(s.native_handle());
-      })
+      }, "The native stream (a cudaStream_t as an int); 0 on the cpu.")
       .def_property_readonly("__cuda_stream__", [](const Stream& s) -> py::object {
         // The CUDA stream protocol, for the libraries that take streams through it. A cpu
         // stream has none: the attribute is missing (hasattr() is False).
@@ -220,9 +220,9 @@ void bind_streams(py::module_& m) {
         }
         const auto handle = reinterpret_cast<std::uintptr_t>(s.native_handle());
         return py::cpp_function([handle] { return py::make_tuple(0, handle); });
-      })
-      .def_property_readonly("device", &Stream::device)
-      .def_property_readonly("id", &Stream::id)
+      }, "The CUDA stream protocol: a function returning (0, handle). Missing on cpu streams.")
+      .def_property_readonly("device", &Stream::device, "The stream's device.")
+      .def_property_readonly("id", &Stream::id, "A number unique to the stream in this process.")
       .def("wait",
            [](Stream& s, const py::object& what) {
              if (py::isinstance<Event>(what)) {
@@ -255,7 +255,7 @@ void bind_streams(py::module_& m) {
       .def_property_readonly("error", [](const Stream& s) -> py::object {
         auto err = s.error();
         return err ? to_python_exception(err) : py::none();
-      })
+      }, "The exception that broke the stream (its device failed), else None.")
       .def("__enter__", [](const py::object& s) { enter_stream(s); return s; })
       .def("__exit__", [](const Stream& s, const py::args&) { exit_stream(s); })
       .def("__repr__", [](const Stream& s) { return "<eventide.Stream " + s.str() + ">"; })

@@ -25,6 +25,11 @@ Tensor py_mul(const Tensor& a, const Tensor& b) {
   sync_current_streams();
   return eventide::mul(a, b);
 }
+Tensor py_cast(const Tensor& t, const py::object& dtype) {
+  if (dtype.is_none()) throw InvalidArgument("cast: dtype must be a dtype, got None");
+  sync_current_streams();
+  return eventide::cast(t, to_dtype(dtype));
+}
 
 
 void refuse_values_beyond(const py::array& values, DType want) {
@@ -148,17 +153,20 @@ void wait_tensor(const Tensor& t) { (void)wait_tensor_for(t, std::nullopt); }
 void bind_tensors(py::module_& m) {
   // --- Tensors ---
   py::class_<Tensor>(m, "Tensor", "A dense array on a device; ops on it are asynchronous.")
-      .def_property_readonly("shape", [](const Tensor& t) { return to_tuple(t.shape()); })
-      .def_property_readonly("dtype", &Tensor::dtype)
-      .def_property_readonly("device", &Tensor::device)
-      .def_property_readonly("ndim", &Tensor::dim)
-      .def_property_readonly("nbytes", &Tensor::nbytes)
-      .def_property_readonly("ready", &Tensor::ready)
+      .def_property_readonly("shape", [](const Tensor& t) { return to_tuple(t.shape()); },
+                             "The extents, a tuple of ints.")
+      .def_property_readonly("dtype", &Tensor::dtype, "The element type (eventide.float32, ...).")
+      .def_property_readonly("device", &Tensor::device, "The device that holds the memory.")
+      .def_property_readonly("ndim", &Tensor::dim, "The number of dimensions.")
+      .def_property_readonly("nbytes", &Tensor::nbytes, "The size of the elements, in bytes.")
+      .def_property_readonly("ready", &Tensor::ready,
+                             "True once the producing op has finished (also if it failed); never "
+                             "blocks.")
       .def_property_readonly("error", [](const Tensor& t) -> py::object {
         auto err = t.error();
         return err ? to_python_exception(err) : py::none();
-      })
-      .def("numel", &Tensor::numel)
+      }, "The exception of the producing op if it failed, else None (never blocks).")
+      .def("numel", &Tensor::numel, "The number of elements.")
       .def("__len__", [](const Tensor& t) {
         if (t.dim() == 0) throw py::type_error("len() of a 0-d tensor");
         return t.shape()[0];
@@ -174,7 +182,9 @@ void bind_tensors(py::module_& m) {
            [](const Tensor& t, const py::object& fn) {
              t.add_completion_callback(to_callback(fn, "add_completion_callback"));
            },
-           "fn"_a)
+           "fn"_a,
+           "Call fn() once when the producing op finishes (also if it failed), on the runtime's "
+           "callback thread.")
       .def("numpy", &to_numpy, "A read-only NumPy view (cpu) or copy; waits for the producer.")
       .def("__array__",
            [](const Tensor& t, const py::object& dtype, const py::object& copy) -> py::object {
@@ -192,10 +202,15 @@ void bind_tensors(py::module_& m) {
              sync_current_streams();
              return t.to(device_or_default(d));
            },
-           "device"_a)
-      .def("__matmul__", &py_matmul)
-      .def("__add__", &py_add)
-      .def("__mul__", &py_mul)
+           "device"_a, "A copy on `device` (the same tensor if it is there already), "
+           "asynchronous.")
+      .def("astype", &py_cast, "dtype"_a,
+           "A copy with the elements converted to `dtype` (between float32, float64, float16 and "
+           "bfloat16, rounded to nearest even), on the tensor's device, asynchronous: e.g. "
+           "t.astype(ev.float32).numpy() for a bfloat16 tensor.")
+      .def("__matmul__", &py_matmul, "other"_a)
+      .def("__add__", &py_add, "other"_a)
+      .def("__mul__", &py_mul, "other"_a)
       .def("__repr__", &tensor_repr);
 
   auto creation = [&m](const char* name, Tensor (*fn)(Shape, DType, Device), const char* doc) {
@@ -227,6 +242,8 @@ void bind_tensors(py::module_& m) {
   m.def("matmul", &py_matmul, "a"_a, "b"_a, "a @ b; asynchronous, on the current stream.");
   m.def("add", &py_add, "a"_a, "b"_a, "a + b, elementwise.");
   m.def("mul", &py_mul, "a"_a, "b"_a, "a * b, elementwise.");
+  m.def("cast", &py_cast, "tensor"_a, "dtype"_a,
+        "tensor.astype(dtype): a copy converted to a floating dtype, on the tensor's device.");
   m.def("manual_seed", [](std::uint64_t seed, const py::object& device) {
     auto d = to_device(device);
     d ? eventide::manual_seed(seed, *d) : eventide::manual_seed(seed);

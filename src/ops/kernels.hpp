@@ -43,6 +43,9 @@ class Kernels {
                       TensorState& out) = 0;
   // out = a @ b; shapes already checked (2-D, or 3-D with one batch size).
   virtual void matmul(StreamState& s, TensorState& a, TensorState& b, TensorState& out) = 0;
+  // out = src converted to out's dtype, elementwise (same shape; both floating dtypes, checked
+  // by the ops layer), rounded to nearest even. A backend without it refuses the op.
+  virtual void cast(StreamState& s, TensorState& src, TensorState& out);
   // Copies out.nbytes() from `host` into `out`: from `host` before returning (the caller may
   // reuse it), into `out` when the stream reaches the op.
   virtual void upload(StreamState& s, TensorState& out, const void* host) = 0;

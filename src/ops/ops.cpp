@@ -12,6 +12,12 @@ namespace eventide {
 
 namespace ops {
 const char* name(BinaryOp op) noexcept { return op == BinaryOp::add ? "add" : "mul"; }
+
+void Kernels::cast(StreamState& s, TensorState& src, TensorState& out) {
+  (void)out;
+  throw InvalidArgument("cast is not supported on " + src.device.str() + " (stream " +
+                        std::to_string(s.id()) + ")");
+}
 }  // namespace ops
 
 namespace {
@@ -229,5 +235,17 @@ Tensor binary(ops::BinaryOp op, const Tensor& a, const Tensor& b) {
 
 Tensor add(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::add, a, b); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::mul, a, b); }
+
+Tensor cast(const Tensor& t, DType dtype) {
+  TensorState& x = check_defined(t, "cast", "the tensor");
+  if (!is_floating(x.dtype) || !is_floating(dtype)) {
+    throw InvalidArgument("cast: converts between floating dtypes (f32, f64, f16, bf16), got " +
+                          std::string(name(x.dtype)) + " to " + std::string(name(dtype)));
+  }
+  Target target_ = target(x.device);
+  auto result = new_tensor(target_, x.shape, dtype);
+  target_.ctx.backend().kernels().cast(*target_.stream, x, *result);
+  return Tensor(std::move(result));
+}
 
 }  // namespace eventide

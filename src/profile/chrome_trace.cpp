@@ -176,8 +176,12 @@ class TraceWriter {
     }
     for (const ProfiledRange& r : p_.ranges()) {
       Track& track = track_for("ranges · " + r.thread);
-      json ev{{"ph", "X"}, {"pid", host_pid_}, {"tid", track.tid}, {"cat", "range"}, {"name", r.name},
-              {"args", json{{"thread", r.thread}}}};
+      Json ev = Json::object({{"ph", "X"},
+                              {"pid", host_pid_},
+                              {"tid", track.tid},
+                              {"cat", "range"},
+                              {"name", r.name},
+                              {"args", Json::object({{"thread", r.thread}})}});
       // Not Track::add: ranges nest, and a slice of its own would be moved after the last.
       const std::int64_t start = profile::to_ns(r.start_us);
       track.slices.push_back(Slice{start, std::max(start, profile::to_ns(r.end_us)), std::move(ev)});

@@ -167,6 +167,27 @@ TEST(TensorTest, AddAndMulMatchTheReferenceForEveryNumericDtype) {
   });
 }
 
+TEST(TensorTest, CastConvertsBetweenFloatingDtypesRoundingToNearestEven) {
+  run_with_deadline([] {
+    // 1 + 2^-8 is halfway between two bf16 values: the even one (1) wins.
+    const std::vector<float> src{1.0f, -2.5f, 1.0f + 1.0f / 256, 70000.0f, 1e-8f};
+    ev::Tensor t = ev::from_host(src, {5});
+    ev::Tensor bf = ev::cast(t, ev::DType::bf16);
+    EXPECT_EQ(bf.dtype(), ev::DType::bf16);
+    const std::vector<float> back = ev::cast(bf, ev::DType::f32).to_vector<float>();
+    EXPECT_EQ(back[0], 1.0f);
+    EXPECT_EQ(back[1], -2.5f);
+    EXPECT_EQ(back[2], 1.0f);
+    EXPECT_EQ(back[3], 70144.0f);
+    const std::vector<double> wide = ev::cast(ev::cast(t, ev::DType::f16), ev::DType::f64).to_vector<double>();
+    EXPECT_EQ(wide[0], 1.0);
+    EXPECT_TRUE(std::isinf(wide[3]));  // beyond f16's range
+    EXPECT_NEAR(wide[4], 1e-8, 6e-8);  // an f16 subnormal
+    EXPECT_THROW(ev::cast(ev::zeros({2}, ev::DType::i32), ev::DType::f32), ev::InvalidArgument);
+    EXPECT_THROW(ev::cast(t, ev::DType::i64), ev::InvalidArgument);
+  });
+}
+
 TEST(TensorTest, IntegerArithmeticWrapsAround) {
   run_with_deadline([] {
     ev::Tensor max32 = ev::full({1}, 2147483647.0, ev::DType::i32);

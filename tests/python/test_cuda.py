@@ -511,3 +511,23 @@ def test_a_sticky_error_fails_waiters_pollers_awaits_and_callbacks_without_a_han
     assert results["default stream synchronize"] == "DeviceError", results
     assert results["new op"] == "DeviceError", results
     assert results["callbacks"] == ["inflight"], results
+
+
+def test_benchmark_times_gpu_work_between_markers_on_the_current_stream():
+    a = ev.randn(1024, 1024, device=GPU)
+    r = ev.benchmark(ev.matmul, a, a, n_repeat=20, n_warmup=3, device=GPU)
+    assert r.n_runs == 20 and r.device == ev.Device(GPU)
+    assert all(t > 0 for t in r.device_times_us)
+    # 2 GFLOP: more than a microsecond on any GPU, far less than a second.
+    assert 1 < r.device_stats["p50"] < 1e6, r.device_stats
+    assert str(r).startswith("matmul : CPU:") and "cuda:0:" in str(r)
+
+
+def test_astype_converts_bfloat16_and_float16_on_the_gpu():
+    src = np.linspace(-4, 4, 4097, dtype=np.float32)
+    t = ev.tensor(src, device=GPU)
+    for dtype in (ev.bfloat16, ev.float16):
+        back = t.astype(dtype).astype(ev.float32)
+        assert back.device == ev.Device(GPU)
+        want = ev.tensor(src).astype(dtype).astype(ev.float32).numpy()  # the CPU's rounding
+        np.testing.assert_array_equal(back.numpy(), want)

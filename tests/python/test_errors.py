@@ -279,7 +279,7 @@ def test_wrong_argument_types_are_type_errors():
 
 def test_state_errors_name_the_event():
     e = ev.Event()
-    with pytest.raises(ev.EventStateError, match=r"empty event \(<Event empty, 0 ops>\)"):
+    with pytest.raises(ev.EventStateError, match=r"empty event \(<eventide.Event empty, 0 ops>\)"):
         e.wait()
     g = Gate()
     with g:

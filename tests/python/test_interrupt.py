@@ -33,6 +33,9 @@ BLOCKERS = {
                       "block = lambda: p.stop(timeout=None)"),
     "profile_block_end": ("prof = ev.profile(timeout=3600)\nprof.__enter__()\n" + GATED +
                           "block = lambda: prof.__exit__(None, None, None)"),
+    # a benchmark run whose device work never ends: its wait for the end marker
+    "benchmark": ("u = ev.UserEvent()\n"
+                  "block = lambda: ev.benchmark(lambda: ev.current_stream().wait(u), n_warmup=0)"),
 }
 
 TEMPLATE = """

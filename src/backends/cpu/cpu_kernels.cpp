@@ -96,6 +96,42 @@ void random_fill(T* out, std::int64_t n, RandomKind kind, std::uint64_t seed, st
   }
 }
 
+// One element of a floating dtype as a double (every f32, f16 and bf16 is one exactly), and
+// back, rounded to nearest even (through float for the 16-bit types: a double rounded to f32
+// first can round twice, but only for values no f16/bf16 source or f32 target produces).
+double load_floating(DType dtype, const void* p, std::int64_t i) {
+  switch (dtype) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::f64: return static_cast<const double*>(p)[i];
+    case DType::f16: return f16_to_float(static_cast<const std::uint16_t*>(p)[i]);
+    case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(p)[i]);
+    default: return 0;  // the ops layer lets floating dtypes only through
+  }
+}
+
+template <class Load>
+void store_floating(DType dtype, void* p, std::int64_t n, Load&& load) {
+  switch (dtype) {
+    case DType::f32:
+      for (std::int64_t i = 0; i < n; ++i) static_cast<float*>(p)[i] = static_cast<float>(load(i));
+      return;
+    case DType::f64:
+      for (std::int64_t i = 0; i < n; ++i) static_cast<double*>(p)[i] = load(i);
+      return;
+    case DType::f16:
+      for (std::int64_t i = 0; i < n; ++i) {
+        static_cast<std::uint16_t*>(p)[i] = float_to_f16(static_cast<float>(load(i)));
+      }
+      return;
+    case DType::bf16:
+      for (std::int64_t i = 0; i < n; ++i) {
+        static_cast<std::uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(load(i)));
+      }
+      return;
+    default: return;
+  }
+}
+
 class CpuKernels final : public ops::Kernels {
  public:
   void fill(StreamState& s, TensorState& out, double value) override {
@@ -203,6 +239,16 @@ class CpuKernels final : public ops::Kernels {
       }
     };
     s.launch("matmul", {&a, &b}, {&out}, std::move(body));
+  }
+
+  void cast(StreamState& s, TensorState& src, TensorState& out) override {
+    Ref<Storage> ms = src.storage, mo = out.storage;
+    const std::int64_t n = out.numel;
+    const DType from = src.dtype, to = out.dtype;
+    s.launch("cast", {&src}, {&out}, [=] {
+      const void* in = ms->data();
+      store_floating(to, mo->data(), n, [&](std::int64_t i) { return load_floating(from, in, i); });
+    });
   }
 
   void upload(StreamState& s, TensorState& out, const void* host) override {

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <string>
+#include <type_traits>
 
 #include "backends/cuda/cuda_api.hpp"
 #include "eventide/errors.hpp"
@@ -49,6 +50,32 @@ template <class T>
 __device__ float to_float(T v);
 template <> __device__ float to_float<__half>(__half v) { return __half2float(v); }
 template <> __device__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Elements as double and back, rounded to nearest even (the 16-bit types through float).
+template <class T>
+__device__ double load_as_double(T v) {
+  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+    return static_cast<double>(to_float(v));
+  } else {
+    return static_cast<double>(v);
+  }
+}
+template <class T>
+__device__ T store_from_double(double v) {
+  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+    return from_float<T>(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+template <class From, class To>
+__global__ void cast_kernel(const From* in, To* out, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    out[i] = store_from_double<To>(load_as_double(in[i]));
+  }
+}
 
 template <class T>
 __global__ void fill_kernel(T* out, std::int64_t n, T value) {
@@ -163,6 +190,18 @@ void by_dtype(DType dtype, const char* op, F&& f) {
   throw InvalidArgument(std::string(op) + ": unknown dtype");
 }
 
+// The floating dtypes only: cast's pairs (16 kernels, not 36).
+template <class F>
+void by_floating(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::f16: return f(__half{});
+    case DType::bf16: return f(__nv_bfloat16{});
+    default: throw InvalidArgument("cast: needs floating dtypes");
+  }
+}
+
 }  // namespace
 
 void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t stream) {
@@ -193,6 +232,19 @@ void binary(BinaryKind kind, const void* a, const void* b, void* out, std::int64
         add, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n);
   });
   check_launch(op);
+}
+
+void cast(const void* in, DType from, void* out, DType to, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  by_floating(from, [&](auto from_zero) {
+    by_floating(to, [&](auto to_zero) {
+      using From = decltype(from_zero);
+      using To = decltype(to_zero);
+      cast_kernel<From, To><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const From*>(in),
+                                                                    static_cast<To*>(out), n);
+    });
+  });
+  check_launch("cast");
 }
 
 void random(void* out, std::int64_t n, DType dtype, Distribution distribution, std::uint64_t seed,

@@ -19,6 +19,8 @@ enum class Distribution { uniform, normal };
 void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t stream);
 void binary(BinaryKind kind, const void* a, const void* b, void* out, std::int64_t n, DType dtype,
             cudaStream_t stream);
+// out = in converted from `from` to `to` (floating dtypes), rounded to nearest even.
+void cast(const void* in, DType from, void* out, DType to, std::int64_t n, cudaStream_t stream);
 // Philox numbers laid out as on the CPU (ops/philox.hpp); f16 and bf16 are drawn as f32.
 void random(void* out, std::int64_t n, DType dtype, Distribution distribution, std::uint64_t seed,
             std::uint64_t offset, cudaStream_t stream);

@@ -71,6 +71,15 @@ class CudaKernels final : public ops::Kernels {
              });
   }
 
+  void cast(StreamState& s, TensorState& src, TensorState& out) override {
+    check_usable();
+    Ref<Storage> ms = src.storage, mo = out.storage;
+    const std::int64_t n = out.numel;
+    const DType from = src.dtype, to = out.dtype;
+    cudaStream_t stream = as_cuda_stream(s).handle();
+    s.launch("cast", {&src}, {&out}, [=] { kernels::cast(ms->data(), from, mo->data(), to, n, stream); });
+  }
+
   void matmul(StreamState& s, TensorState& a, TensorState& b, TensorState& out) override {
     check_usable();
     if (a.dtype != DType::f32 && a.dtype != DType::f16 && a.dtype != DType::bf16 && a.dtype != DType::f64) {
