@@ -125,6 +125,23 @@ TEST_F(NvtxTest, AnOpLaunchIsARangeNamedLikeTheOpOnTheLaunchingThread) {
   });
 }
 
+// On a GPU too: the launch of a CUDA op (kernel, cuBLASLt) is a range on the launching thread,
+// so Nsight Systems shows eventide's name above CUDA's own launch calls.
+TEST_F(NvtxTest, AGpuOpLaunchIsARangeNamedLikeTheOp) {
+  const ev::Device gpu = ev::Device::cuda(0);
+  if (!ev::is_available(gpu)) GTEST_SKIP() << "no CUDA device: the GPU launch ranges are checked on a GPU machine";
+  run_with_deadline([&] {
+    const std::string me = this_thread_text();
+    ev::Tensor a = ev::full({8, 8}, 1.0, ev::DType::f32, gpu);
+    ev::Tensor c = ev::matmul(a, a) + a;
+    c.wait();
+    const std::vector<std::string> names = pushed_on(me);
+    EXPECT_TRUE(has(names, "fill")) << ::testing::PrintToString(names);
+    EXPECT_TRUE(has(names, "matmul")) << ::testing::PrintToString(names);
+    EXPECT_TRUE(has(names, "add")) << ::testing::PrintToString(names);
+  });
+}
+
 TEST_F(NvtxTest, ACpuOpsRunIsARangeOnTheThreadThatRunsIt) {
   run_with_deadline([&] {
     auto ran_on = std::make_shared<std::promise<std::string>>();
