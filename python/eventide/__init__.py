@@ -260,6 +260,7 @@ class profile:
 
     @property
     def ranges(self) -> list:
+        """One dict per user range (ev.range), in the order they began (Profile.ranges)."""
         return self.profile.ranges
 
     @property
