@@ -259,10 +259,13 @@ MEASURE_SCRIPT = """
     var groupsBefore = 0;
     for (var i = 1; i <= laneIndex; i++) if (data.lanes[i].group !== data.lanes[i - 1].group) groupsBefore++;
     var ly = 36 + 36 * laneIndex + 10 * groupsBefore + 18;
-    var bx = 200 + (a + d / 2 - api.view().start) / (api.view().end - api.view().start) * (r.width - 228);
+    // Over the op's own middle (`d` may be wider than the op: it has a floor, and the view
+    // may be clamped at the profile's start).
+    var middle = a + first[5] / per / 2;
+    var bx = 200 + (middle - api.view().start) / (api.view().end - api.view().start) * (r.width - 228);
     canvas.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + bx, clientY: r.top + ly, bubbles: true}));
     var tip = document.getElementById('timeline-tip');
-    out.tip = {hidden: tip.hidden, text: tip.textContent, lane: lane.key};
+    out.tip = {hidden: tip.hidden, text: tip.textContent, lane: lane.key, bar: first, view: api.view()};
     api.reset();
     step('reset');
     document.getElementById('zoom-in').click();
