@@ -8,7 +8,10 @@
 // The run's host time is t1 - t0 (what the call costs the calling thread: enqueueing, not the
 // device work), its device time start.elapsed_time(end) (the device's time from the first
 // marker to the second: the work `fn` enqueued on that stream, and whatever it waited for
-// there). Each run waits for its end marker before the next starts, so runs never overlap
+// there). Like a CUDA event pair's (and cupyx.profiler.benchmark's), that span includes the
+// time the device waited for the host inside `fn` (launch gaps; a sleep between two
+// launches), never host time before the first marker; the ops' own device time alone is an
+// Event recorded on their outputs (time_elapsed). Each run waits for its end marker before the next starts, so runs never overlap
 // and the device is idle (for this stream) when each begins. Runs stop early once
 // `max_duration` of wall time has passed since the first timed run (at least one run is
 // always timed). The same on every device: on the CPU the markers are the CPU stream's.

@@ -172,7 +172,11 @@ def benchmark(fn: Any, *args: Any, n_repeat: int = 100, n_warmup: int = 10,
     bracketed by markers recorded on the current stream of ``device`` (default: the default
     device); its host (CPU) time is what the call itself took, its device time the device's
     time from the first marker to the second (``Event.elapsed_time``), and each run waits for
-    its work before the next starts. No timed run starts after ``max_duration`` seconds (at
+    its work before the next starts. Like a CUDA event pair (and ``cupyx.profiler.benchmark``),
+    that span includes the time the device waited for the host inside ``fn``: launch gaps, or
+    a ``time.sleep`` between two launches. It never includes host time before the first
+    marker (each run starts on an idle stream). For the ops' own device time alone, record an
+    ``Event`` on their outputs and read ``time_elapsed()``. No timed run starts after ``max_duration`` seconds (at
     least one is made). A progress line is written to stderr once the benchmark has run for a
     second (``progress=None``), from the start (``True``) or never (``False``).
 
@@ -304,6 +308,9 @@ class range(_contextlib.ContextDecorator):
     host waits, callbacks). Ranges nest; an exception leaving the block still closes it. One
     ``range`` object may be entered on several threads at once, and again inside itself
     (recursion): each entry is its own region, closed by the matching exit on that thread.
+    It is for synchronous code: on an ``async def`` the decorator would close the range when
+    the coroutine object is made, and coroutines sharing one thread would share its regions;
+    in a coroutine, use a ``with`` block that contains no ``await``.
     """
 
     def __init__(self, name: str) -> None:

@@ -43,7 +43,7 @@ BenchmarkResult run_benchmark(const py::object& fn, int n_repeat, int n_warmup,
   options.n_repeat = n_repeat;
   options.n_warmup = n_warmup;
   if (!max_duration.is_none()) {
-    std::optional<double> seconds = parse_timeout(max_duration);  // a non-negative number
+    std::optional<double> seconds = parse_timeout(max_duration, "max_duration");  // a non-negative number
     if (*seconds < kNoLimitSeconds) options.max_duration = std::chrono::duration<double>(*seconds);
   }
   options.name = name.is_none() ? std::string() : py::str(name).cast<std::string>();

@@ -95,10 +95,17 @@ std::string python_message(std::string_view text) {
       }
     }
     if (replaced) continue;
+    // A word inside a path or a file name (/data/f32/x.bin, f32.npy) is the user's text too.
+    auto in_path = [&](std::size_t end) {
+      const bool slash_before = i > 0 && (text[i - 1] == '/' || text[i - 1] == '\\' || text[i - 1] == '.');
+      const bool slash_after = end < text.size() && (text[end] == '/' || text[end] == '\\');
+      const bool dot_name = end + 1 < text.size() && text[end] == '.' && word_char(text[end + 1]);
+      return slash_before || slash_after || dot_name;
+    };
     if (i == 0 || !word_char(text[i - 1])) {
       for (const auto& [from, to] : kWords) {
         const std::size_t end = i + from.size();
-        if (text.substr(i, from.size()) == from && (end == text.size() || !word_char(text[end]))) {
+        if (text.substr(i, from.size()) == from && (end == text.size() || !word_char(text[end])) && !in_path(end)) {
           out += to;
           i = end;
           replaced = true;
@@ -172,15 +179,15 @@ void register_exceptions(py::module_& m) {
   });
 }
 
-std::optional<double> parse_timeout(const py::object& timeout) {
+std::optional<double> parse_timeout(const py::object& timeout, const char* argument) {
   if (timeout.is_none()) return std::nullopt;
   if (!PyFloat_Check(timeout.ptr()) && !PyIndex_Check(timeout.ptr())) {
-    throw py::type_error("timeout must be None or a number of seconds, got " +
+    throw py::type_error(std::string(argument) + " must be None or a number of seconds, got " +
                          py::repr(timeout).cast<std::string>());
   }
   double t = timeout.cast<double>();
   if (std::isnan(t) || t < 0) {
-    throw InvalidArgument("timeout must be None or a non-negative number of seconds, got " +
+    throw InvalidArgument(std::string(argument) + " must be None or a non-negative number of seconds, got " +
                           py::repr(timeout).cast<std::string>());
   }
   return t;

@@ -84,6 +84,6 @@ bool wait_interruptible(const std::function<bool()>& ready,
 inline constexpr double kNoLimitSeconds = 1e9;
 
 // A timeout in seconds from Python: None, or a non-negative number.
-std::optional<double> parse_timeout(const py::object& timeout);
+std::optional<double> parse_timeout(const py::object& timeout, const char* argument = "timeout");
 
 }  // namespace eventide::python

@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -31,6 +32,17 @@ def run(cmd, **kwargs):
     if result.returncode != 0:
         sys.exit(f"FAILED ({result.returncode}): {' '.join(str(c) for c in cmd)}")
     return result
+
+
+def tracked(source: Path) -> list:
+    """The tracked files of the tree (git ls-files), or every file if it is not a git tree."""
+    try:
+        out = subprocess.run(["git", "ls-files"], cwd=source, capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+        return out.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return [str(p.relative_to(source)) for p in source.rglob("*") if p.is_file()
+                and not any(part.startswith(("build", ".")) for part in p.relative_to(source).parts)]
 
 
 def copy_source(source: Path, dest: Path) -> None:
@@ -111,7 +123,24 @@ def main() -> int:
             sys.exit(f"FAILED: the wheel's METADATA has no line '{line}':\n{metadata}")
     if not any(l.startswith("Requires-Dist: numpy") for l in metadata.splitlines()):
         sys.exit(f"FAILED: the wheel does not require numpy:\n{metadata}")
-    print(f"ok: installed, imported, ran {args.example.name}; built {built[0].name}")
+    # A source distribution carries what building it needs: every tracked file that the
+    # library's and the module's CMake build reads (pip builds a wheel from the sdist when it
+    # installs from one, as from PyPI).
+    sdists = work / "sdist"
+    run([python, source / "setup.py", "-q", "sdist", "-d", sdists], env=env, cwd=source)
+    tarballs = sorted(sdists.glob(f"eventide-{version}.tar.gz"))
+    if len(tarballs) != 1:
+        sys.exit(f"FAILED: expected one eventide-{version}.tar.gz in {sdists}: {tarballs}")
+    with tarfile.open(tarballs[0]) as tar:
+        inside = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    needed = [f for f in tracked(args.source.resolve())
+              if f in ("VERSION", "CMakeLists.txt", "LICENSE", "pyproject.toml", "setup.py", "python/CMakeLists.txt")
+              or f.startswith(("include/", "src/", "cmake/", "python/src/", "python/eventide/"))]
+    missing = [f for f in needed if f not in inside]
+    if not needed or missing:
+        sys.exit(f"FAILED: the sdist lacks what its build needs: {missing or 'nothing was checked'}")
+    print(f"ok: installed, imported, ran {args.example.name}; built {built[0].name}; "
+          f"{tarballs[0].name} has the {len(needed)} files its build reads")
     return 0
 
 

@@ -2,6 +2,7 @@
 test_cuda.py has the GPU's)."""
 
 import threading
+import time
 
 import pytest
 
@@ -121,7 +122,7 @@ def test_failed_device_work_propagates():
     ({"n_repeat": 0}, "n_repeat"),
     ({"n_repeat": -5}, "n_repeat"),
     ({"n_warmup": -1}, "n_warmup"),
-    ({"max_duration": -1.0}, "non-negative"),
+    ({"max_duration": -1.0}, "max_duration must be None or a non-negative"),
 ])
 def test_bad_arguments_are_value_errors_naming_the_argument(kwargs, what):
     with pytest.raises(ValueError, match=what) as info:
@@ -171,3 +172,12 @@ def test_markers_go_to_the_current_stream():
     markers = [op for op in prof.ops if op["is_marker"]]
     assert len(markers) == 1 + 2 * 2  # one after the warm-up run, two around each timed run
     assert {op["stream"] for op in markers} == {f"cpu stream {s.id}"}
+
+
+def test_device_time_is_the_span_between_the_markers_host_gaps_included():
+    # The device time is the markers' elapsed_time, as with a CUDA event pair: a sleep between
+    # them counts though the device did nothing (GUARANTEES.md, "Benchmarks"); the host time
+    # is the call's.
+    r = call_with_timeout(lambda: ev.benchmark(time.sleep, 0.005, n_repeat=3, n_warmup=0, device="cpu"))
+    assert min(r.device_times_us) >= 4900
+    assert min(r.host_times_us) >= 4900

@@ -29,6 +29,20 @@ def test_float32_to_bfloat16_rounds_to_nearest_even():
     assert out.tolist() == [1.0, 1 + 2.0 ** -6, 1 + 2.0 ** -7]
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+def test_float64_to_16_bits_rounds_once(device):
+    if not ev.is_available(device):
+        pytest.skip(f"{device} is not available here")
+    # Just above a halfway point of the 16-bit type, by less than float32 can hold: rounded to
+    # float32 first it would sit exactly halfway and round (to even) the wrong way.
+    values = [1 + 2.0 ** -8 + 2.0 ** -40, 1 + 2.0 ** -11 + 2.0 ** -40, -(1 + 2.0 ** -8 + 2.0 ** -40), 1 + 2.0 ** -9]
+    t = ev.tensor(values, dtype=ev.float64, device=device)
+    bf16 = call_with_timeout(t.astype(ev.bfloat16).astype(ev.float64).to("cpu").numpy)
+    f16 = call_with_timeout(t.astype(ev.float16).to("cpu").numpy)
+    assert bf16.tolist() == [1 + 2.0 ** -7, 1.0, -(1 + 2.0 ** -7), 1.0]
+    np.testing.assert_array_equal(f16, np.array(values, dtype=np.float64).astype(np.float16))
+
+
 def test_float16_round_trips_through_float32_exactly():
     every = np.arange(0, 1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
     finite = every[np.isfinite(every)]

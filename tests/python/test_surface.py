@@ -203,3 +203,13 @@ def test_every_public_property_has_a_docstring():
             if is_property and not (getattr(static, "__doc__", None) or "").strip():
                 missing.append(f"{name}.{attr}")
     assert not missing, f"properties without a docstring: {missing}"
+
+
+def test_error_messages_keep_the_users_paths(tmp_path):
+    # A folder named like a dtype: the message names the path the user gave, unchanged.
+    path = tmp_path / "no_such_dir" / "f32" / "trace.f16.json"
+    with ev.profile() as prof:
+        ev.ones(2).wait()
+    with pytest.raises(ev.EventideError) as info:
+        prof.export_chrome_trace(str(path))
+    assert str(path) in str(info.value), str(info.value)

@@ -97,8 +97,9 @@ void random_fill(T* out, std::int64_t n, RandomKind kind, std::uint64_t seed, st
 }
 
 // One element of a floating dtype as a double (every f32, f16 and bf16 is one exactly), and
-// back, rounded to nearest even (through float for the 16-bit types: a double rounded to f32
-// first can round twice, but only for values no f16/bf16 source or f32 target produces).
+// back, rounded once to nearest even. The 16-bit types go through float rounded to odd: rounded
+// to nearest there, a double could round twice (1 + 2^-8 + 2^-40 would become bf16 1.0, not
+// 1.0078125); rounded to odd, with float's 13 or more bits to spare, it cannot.
 double load_floating(DType dtype, const void* p, std::int64_t i) {
   switch (dtype) {
     case DType::f32: return static_cast<const float*>(p)[i];
@@ -107,6 +108,16 @@ double load_floating(DType dtype, const void* p, std::int64_t i) {
     case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(p)[i]);
     default: return 0;  // the ops layer lets floating dtypes only through
   }
+}
+
+// `d` as the float next to it whose last bit is odd, unless it is a float (round to odd).
+float to_float_rounded_to_odd(double d) {
+  float f = static_cast<float>(d);
+  if (std::isnan(d) || static_cast<double>(f) == d) return f;
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 1u) == 0) f = std::nextafter(f, d > static_cast<double>(f) ? INFINITY : -INFINITY);
+  return f;
 }
 
 template <class Load>
@@ -120,12 +131,12 @@ void store_floating(DType dtype, void* p, std::int64_t n, Load&& load) {
       return;
     case DType::f16:
       for (std::int64_t i = 0; i < n; ++i) {
-        static_cast<std::uint16_t*>(p)[i] = float_to_f16(static_cast<float>(load(i)));
+        static_cast<std::uint16_t*>(p)[i] = float_to_f16(to_float_rounded_to_odd(load(i)));
       }
       return;
     case DType::bf16:
       for (std::int64_t i = 0; i < n; ++i) {
-        static_cast<std::uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(load(i)));
+        static_cast<std::uint16_t*>(p)[i] = float_to_bf16(to_float_rounded_to_odd(load(i)));
       }
       return;
     default: return;

@@ -51,7 +51,8 @@ __device__ float to_float(T v);
 template <> __device__ float to_float<__half>(__half v) { return __half2float(v); }
 template <> __device__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// Elements as double and back, rounded to nearest even (the 16-bit types through float).
+// Elements as double and back, rounded once to nearest even (a double rounded to float first
+// and then to 16 bits could round twice: 1 + 2^-8 + 2^-40 would become bf16 1.0, not 1.0078125).
 template <class T>
 __device__ double load_as_double(T v) {
   if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
@@ -62,8 +63,10 @@ __device__ double load_as_double(T v) {
 }
 template <class T>
 __device__ T store_from_double(double v) {
-  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
-    return from_float<T>(static_cast<float>(v));
+  if constexpr (std::is_same_v<T, __half>) {
+    return __double2half(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __double2bfloat16(v);
   } else {
     return static_cast<T>(v);
   }
