@@ -64,7 +64,8 @@ void append_integer(std::string& out, T i) {
 
 }  // namespace
 
-void append_json_string(std::string& out, std::string_view text) {
+void append_json_string(std::string& out, std::string_view text, JsonText where) {
+  const bool in_script = where == JsonText::in_html_script;
   out += '"';
   std::size_t i = 0;
   while (i < text.size()) {
@@ -89,7 +90,7 @@ void append_json_string(std::string& out, std::string_view text) {
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (c < 0x20) {
+        if (c < 0x20 || (in_script && (c == '<' || c == '>' || c == '&'))) {
           out += "\\u00";
           out += kHex[c >> 4];
           out += kHex[c & 0xF];

@@ -67,7 +67,12 @@ class Json {
       value_{nullptr};
 };
 
+// Where a JSON string literal goes: a JSON text, or inside an HTML <script> element, where
+// '<', '>' and '&' are written as \u003c, \u003e and \u0026 so that the literal cannot hold
+// "</script>" or "<!--".
+enum class JsonText { plain, in_html_script };
+
 // `text` as a JSON string literal, quotes included (see dump()).
-void append_json_string(std::string& out, std::string_view text);
+void append_json_string(std::string& out, std::string_view text, JsonText where = JsonText::plain);
 
 }  // namespace eventide::profile

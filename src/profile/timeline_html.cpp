@@ -45,13 +45,16 @@
 #include <unordered_map>
 
 #include "eventide/runtime.hpp"
+#include "profile/json.hpp"
 #include "profile/layout.hpp"
 
 namespace eventide {
 
 namespace {
 
+using profile::append_json_string;
 using profile::format_fixed;
+using profile::JsonText;
 using profile::Layout;
 
 // Bar flags, as the script reads them.
@@ -90,27 +93,9 @@ std::string escape(const std::string& s) {
 
 // A JSON string that is also safe inside a <script> element (no "</script>", no "<!--").
 std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '<': out += "\\u003c"; break;
-      case '>': out += "\\u003e"; break;
-      case '&': out += "\\u0026"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
+  std::string out;
+  append_json_string(out, s, JsonText::in_html_script);
+  return out;
 }
 
 std::string hsl_hex(double h, double s, double l) {

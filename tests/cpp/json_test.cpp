@@ -143,3 +143,16 @@ TEST(JsonTest, KeysAreEscapedLikeValues) {
 }
 
 }  // namespace
+
+// Inside an HTML <script> element (the timeline page's data): '<', '>' and '&' are escaped, so
+// a name cannot close the element or open a comment; everything else is written as in JSON.
+TEST(JsonTest, AStringForAScriptElementCannotCloseIt) {
+  const std::string name = "</script><!-- a & b > c \"q\"\n";
+  std::string in_script;
+  eventide::profile::append_json_string(in_script, name, eventide::profile::JsonText::in_html_script);
+  EXPECT_EQ(in_script.find('<'), std::string::npos) << in_script;
+  EXPECT_EQ(in_script.find('>'), std::string::npos) << in_script;
+  EXPECT_EQ(in_script.find('&'), std::string::npos) << in_script;
+  EXPECT_EQ(json::parse(in_script).get<std::string>(), name);
+  EXPECT_EQ(json::parse(literal(name)).get<std::string>(), name);
+}
