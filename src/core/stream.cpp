@@ -44,7 +44,8 @@ void StreamState::submit_locked(Ref<Work> work) noexcept {
 }
 
 Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> reads,
-                              std::span<TensorState* const> writes, Callback body) {
+                              std::span<TensorState* const> writes, Callback body,
+                              const LaunchOptions& options) {
   // The launch as an NVTX range named like the op; declared first, so it is closed after the
   // submit lock below is let go (core/nvtx.hpp).
   nvtx::Scope range(name.c_str());
@@ -52,8 +53,10 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   check_submit();
   auto work = make_ref<Work>(timeline_, std::move(name), WorkKind::op);
   work->body() = std::move(body);
+  if (options.must_issue) work->set_must_issue();
   Work::Deps& deps = work->deps();
-  deps.reserve(reads.size() + writes.size() + 1);
+  deps.reserve(reads.size() + writes.size() + 2);
+  if (options.after && !options.after->done()) deps.push_back(Dep{options.after, DepKind::order});
 
   std::lock_guard lock(submit_mu_);
   // The number comes first: once the hazards below publish the work, other threads may
@@ -162,26 +165,29 @@ const Dep* first_pending_dep(const Work& work) noexcept {
 }
 
 void run_work(Work& work, const std::atomic<bool>& stop) noexcept {
+  const bool stopping = stop.load(std::memory_order_acquire);
   if (!work.error()) {
-    if (stop.load(std::memory_order_acquire)) {
+    if (stopping) {
       work.set_error(shutdown_error(work));
     } else if (auto e = first_dependency_error(work)) {
       work.set_error(std::move(e));
     }
   }
+  // A collective runs all the same when a dependency failed: its peers wait for it.
+  const bool runs = !work.error() || (work.must_issue() && !stopping);
   std::int64_t start = host_now_ns();
   std::int64_t end = start;
   // A wait has no device time of its own; observed, its times say how long it held
   // the stream: from when the stream reached it (set_reached) to when what it waited for had
   // finished. Ops are timed from when their dependencies had finished.
   if (!work.timed() && work.start_ns() != 0) start = work.start_ns();
-  if (!work.error() && work.body()) {
+  if (runs && work.body()) {
     set_running_work(&work);
     try {
       nvtx::Scope range(work.name().c_str());  // the op's run, on the host thread running it
       work.body()();
     } catch (...) {
-      work.set_error(body_error(work, std::current_exception()));
+      if (!work.error()) work.set_error(body_error(work, std::current_exception()));
     }
     set_running_work(nullptr);
     end = host_now_ns();

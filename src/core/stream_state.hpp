@@ -44,6 +44,16 @@ namespace eventide::detail {
 class EventState;
 class TensorState;
 
+// What an op may ask of its launch beyond its tensors (collectives: src/distributed).
+struct LaunchOptions {
+  // Ordered after this work too, which may be on another stream; its failure does not
+  // propagate (DepKind::order): a communicator's previous collective, so that every rank
+  // issues them in one order.
+  Ref<Work> after;
+  // The body runs even if a dependency failed (Work::must_issue).
+  bool must_issue = false;
+};
+
 class StreamState : public std::enable_shared_from_this<StreamState> {
  public:
   // `timeline` is the backend's (a GPU-written one); null: a timeline the host advances.
@@ -61,11 +71,14 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // Enqueues an op that reads `reads` and writes `writes` and runs `body` on the backend.
   // Returns its Work. Throws only before anything is enqueued (StateError after shutdown).
   Ref<Work> launch(std::string name, std::span<TensorState* const> reads,
-                   std::span<TensorState* const> writes, Callback body);
+                   std::span<TensorState* const> writes, Callback body,
+                   const LaunchOptions& options = {});
   Ref<Work> launch(std::string name, std::initializer_list<TensorState*> reads,
-                   std::initializer_list<TensorState*> writes, Callback body) {
+                   std::initializer_list<TensorState*> writes, Callback body,
+                   const LaunchOptions& options = {}) {
     return launch(std::move(name), std::span<TensorState* const>(reads.begin(), reads.size()),
-                  std::span<TensorState* const>(writes.begin(), writes.size()), std::move(body));
+                  std::span<TensorState* const>(writes.begin(), writes.size()), std::move(body),
+                  options);
   }
 
   // Enqueues a wait on `event` (snapshot of its tied work now). StateError if it is empty.

@@ -91,6 +91,12 @@ class Work final : public RefCounted {
   // work progresses without the host, so only launched work may be waited for by a device.
   bool launched() const noexcept { return launched_.load(std::memory_order_acquire); }
   void set_launched(bool launched) noexcept { launched_.store(launched, std::memory_order_release); }
+  // Whether the body runs even when a dependency failed (or the stream is broken): a
+  // collective's, whose peers in other processes would otherwise wait for it forever. The
+  // work fails all the same, with the dependency's error; what it computed is not used.
+  // Set before it is submitted.
+  bool must_issue() const noexcept { return must_issue_; }
+  void set_must_issue() noexcept { must_issue_ = true; }
 
   // Valid once done(). A GPU op whose inputs were still running when it was launched learns
   // only later whether they failed: its error is then decided on the first read, from its
@@ -152,6 +158,7 @@ class Work final : public RefCounted {
   std::string name_;
   WorkKind kind_;
   std::atomic<bool> launched_;
+  bool must_issue_ = false;
   mutable std::exception_ptr error_;
   mutable std::atomic<bool> deferred_{false};
   mutable SpinLock exec_mu_;  // deferred error vs. release of the deps

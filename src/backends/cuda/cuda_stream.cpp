@@ -249,18 +249,22 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
   }
   try {
     use_device(device());
-    // A work that failed already runs nothing: it needs no ordering but its stream's.
-    if (!work->error()) {
+    // A work that failed already runs nothing (unless it must be issued all the same: a
+    // collective): it needs no ordering but its stream's.
+    // (Only where all it depends on is on the GPU already: a per-thread stream's work that
+    // had to be held has failed unlaunchable.)
+    const bool must_issue = work->must_issue() && !host_wait(*work);
+    if (!work->error() || must_issue) {
       for (const Dep& dep : work->deps()) order_after(dep, decided_later);
     }
-    // Failures known now: the op is not launched at all.
+    // Failures known now: the op is not launched at all (a collective is, and fails).
     for (const Dep& dep : work->deps()) {
       if (dep.kind != DepKind::order && dep.work->done() && dep.work->error()) {
         fail(detail::dependency_error(*work, dep));
         break;
       }
     }
-    if (!work->error() && work->body()) {
+    if ((!work->error() || must_issue) && work->body()) {
       Timing::Scope scope(Timing::get(), *work, native_.get());
       work->body()();
     } else if (!work->error() && work->kind() == detail::WorkKind::marker) {

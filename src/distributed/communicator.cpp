@@ -1,0 +1,534 @@
+// The communicator (eventide/distributed.hpp): argument checks, outputs, and collectives as
+// ops on the current stream, whose bodies call the tensor's device's transport
+// (transport.hpp: MPI for the CPU, NCCL for a GPU).
+//
+// Order: each transport's ops form a chain. An op is launched with the previous op of its
+// chain as a dependency (DepKind::order: no failure propagates), under the chain's lock, so
+// that the transport's calls happen one at a time in the order of the user's calls, on any
+// streams. On a GPU the wait is the GPU's (or, for one still held on the host, the new op is
+// held too, and launched after it); on the CPU the stream's worker waits.
+//
+// Lifetime: a communicator's state (and its transports) lives in the process's list until
+// finalize() (or process exit) ends them all, once their last ops have finished: an op's body
+// refers to its transport by a plain pointer.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "core/event_state.hpp"
+#include "core/runtime.hpp"
+#include "core/runtime_lock.hpp"
+#include "core/stream_state.hpp"
+#include "core/tensor_state.hpp"
+#include "distributed/transport.hpp"
+#include "eventide/distributed.hpp"
+#include "eventide/errors.hpp"
+#include "eventide/stream.hpp"
+#if EVENTIDE_WITH_MPI
+#include "distributed/mpi.hpp"
+#endif
+#if EVENTIDE_WITH_NCCL
+#include "distributed/nccl.hpp"
+#endif
+
+namespace eventide::distributed {
+
+namespace rt = eventide::detail;
+
+namespace detail {
+
+// One transport's ops, in the order they were issued.
+struct Chain {
+  rt::RuntimeMutex mu;
+  rt::Ref<rt::Work> last;  // the latest op (under mu)
+};
+
+class CommunicatorState {
+ public:
+  int rank = 0;
+  int size = 1;
+  Device device = Device::cpu();
+  std::int64_t clock_offset_ns = 0;
+  Transport* cpu = nullptr;        // MPI's (the world owns it), or null
+  std::unique_ptr<Transport> gpu;  // NCCL's on `device`, or null
+  Chain cpu_chain;
+  Chain gpu_chain;
+  std::atomic<bool> ended{false};
+
+  // The transport of `on`'s tensors. InvalidArgument where there is none; StateError after
+  // finalize().
+  Transport& transport_for(Device on, const std::string& op) {
+    if (ended.load(std::memory_order_acquire)) {
+      throw StateError(op + ": the communicator has been finalized");
+    }
+    if (on.is_cpu()) {
+      if (cpu) return *cpu;
+      throw InvalidArgument(op + ": this communicator has no transport for cpu tensors (it was made "
+                            "by init_local, which has no MPI); use init() under mpirun");
+    }
+    if (gpu && on == device) return *gpu;
+    if (gpu) {
+      throw InvalidArgument(op + ": the tensor is on " + on.str() + ", this rank's GPU is " +
+                            device.str() + "; move it with .to(\"" + device.str() + "\")");
+    }
+    throw InvalidArgument(op + ": this communicator has no GPU (its device is " + device.str() +
+                          "), so it cannot carry a tensor on " + on.str());
+  }
+  Chain& chain_of(const Transport& t) noexcept { return &t == cpu ? cpu_chain : gpu_chain; }
+};
+
+namespace {
+
+// The process's communicators and MPI.
+struct Process {
+  std::mutex mu;
+#if EVENTIDE_WITH_MPI
+  std::unique_ptr<MpiWorld> world;
+#endif
+  std::shared_ptr<CommunicatorState> main;                  // init()'s
+  std::vector<std::shared_ptr<CommunicatorState>> all;      // init()'s and init_local()'s
+  bool exit_hook = false;
+  bool finalized = false;
+};
+
+Process& process() {
+  static Process* p = new Process;  // never destroyed: finalize() runs at exit, before statics go
+  return *p;
+}
+
+void finalize_at_exit() { finalize(std::chrono::seconds(10)); }
+
+[[maybe_unused]] void register_exit_hook(Process& p) {
+  if (!p.exit_hook) {
+    std::atexit(finalize_at_exit);
+    p.exit_hook = true;
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+using detail::Chain;
+using detail::CommunicatorState;
+using detail::Transport;
+
+namespace {
+
+CommunicatorState& state_of(const std::shared_ptr<CommunicatorState>& s) {
+  if (!s) throw InvalidArgument("Communicator: the communicator is empty");
+  return *s;
+}
+
+std::string dims(const Shape& shape) { return to_string(shape); }
+
+// What every collective does: checks, output, launch in its chain's order.
+struct Issue {
+  CommunicatorState& comm;
+  std::string op;
+  Device device;
+  Transport& transport;
+  std::shared_ptr<rt::StreamState> stream;
+
+  Issue(CommunicatorState& c, std::string name, Device on)
+      : comm(c),
+        op(std::move(name)),
+        device(on),
+        transport(c.transport_for(on, op)),
+        stream((rt::Runtime::get().check_running(), rt::Runtime::get().current_stream(on))) {}
+
+  void check_count(std::int64_t count) const {
+    if (static_cast<std::uint64_t>(count) > transport.max_count()) {
+      throw InvalidArgument(op + ": " + std::to_string(count) + " elements are more than " +
+                            transport.name() + " carries in one call (" +
+                            std::to_string(transport.max_count()) + "); split the tensor");
+    }
+  }
+
+  std::shared_ptr<rt::TensorState> output(Shape shape, DType dtype) const {
+    check_shape(op, shape, dtype);
+    const std::size_t bytes = static_cast<std::size_t>(numel(shape)) * itemsize(dtype);
+    auto storage = rt::Runtime::get().context(device).backend().allocate(bytes, *stream);
+    return std::make_shared<rt::TensorState>(std::move(shape), dtype, device, std::move(storage));
+  }
+
+  // Launches `call(transport, native stream)` as the op, after the chain's last, and makes it
+  // the chain's last.
+  template <class Call>
+  rt::Ref<rt::Work> launch(std::initializer_list<rt::TensorState*> reads,
+                           std::initializer_list<rt::TensorState*> writes, Call call) {
+    Chain& chain = comm.chain_of(transport);
+    std::lock_guard lock(chain.mu);
+    rt::LaunchOptions options;
+    options.after = chain.last;
+    options.must_issue = true;
+    // The body keeps the memory it touches; the transport outlives it (see the top).
+    std::vector<rt::Ref<rt::Storage>> keep;
+    for (rt::TensorState* t : reads) keep.push_back(t->storage);
+    for (rt::TensorState* t : writes) keep.push_back(t->storage);
+    Transport* t = &transport;
+    void* native = stream->native_handle();
+    auto work = stream->launch(op, reads, writes,
+                               [t, native, call = std::move(call), keep = std::move(keep)]() mutable {
+                                 call(*t, native);
+                               },
+                               options);
+    chain.last = work;
+    return work;
+  }
+};
+
+rt::TensorState& input(const Tensor& t, const std::string& op) {
+  if (!t.defined()) throw InvalidArgument(op + ": the tensor is undefined");
+  return *t.state();
+}
+
+void check_reduction(const Issue& issue, DType dtype, ReduceOp op) {
+  if (std::string why = issue.transport.refuses(dtype, op); !why.empty()) {
+    throw InvalidArgument(issue.op + ": " + why);
+  }
+}
+
+void check_rank(const CommunicatorState& c, const std::string& op, const char* role, int r) {
+  if (r < 0 || r >= c.size) {
+    throw InvalidArgument(op + ": " + role + " " + std::to_string(r) + " is not a rank of this communicator (0 to " +
+                          std::to_string(c.size - 1) + ")");
+  }
+}
+
+Event event_on(rt::Ref<rt::Work> work, Device device) {
+  Event e(device);
+  e.state()->record(std::move(work), device);
+  return e;
+}
+
+}  // namespace
+
+const char* name(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::prod: return "prod";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+    case ReduceOp::avg: return "avg";
+  }
+  return "?";
+}
+
+Capabilities capabilities() {
+  Capabilities c;
+#if EVENTIDE_WITH_MPI
+  c.mpi = true;
+  c.launched = detail::launched_by_mpi_launcher();
+#endif
+#if EVENTIDE_WITH_NCCL
+  c.nccl = true;
+#endif
+  return c;
+}
+
+// --- Communicator ------------------------------------------------------------------------
+
+int Communicator::rank() const { return state_of(state_).rank; }
+int Communicator::size() const { return state_of(state_).size; }
+Device Communicator::device() const { return state_of(state_).device; }
+std::int64_t Communicator::clock_offset_ns() const { return state_of(state_).clock_offset_ns; }
+
+std::string Communicator::transport(Device on) const {
+  CommunicatorState& s = state_of(state_);
+  if (on.is_cpu()) return s.cpu ? s.cpu->name() : "";
+  return s.gpu && on == s.device ? s.gpu->name() : "";
+}
+
+std::string Communicator::str() const {
+  CommunicatorState& s = state_of(state_);
+  std::string out = "Communicator(rank " + std::to_string(s.rank) + " of " + std::to_string(s.size);
+  if (s.gpu) out += ", " + s.device.str() + " " + s.gpu->name();
+  if (s.cpu) out += std::string(", cpu ") + s.cpu->name();
+  if (s.ended.load()) out += ", finalized";
+  return out + ")";
+}
+
+Tensor Communicator::all_reduce(const Tensor& t, ReduceOp op) const {
+  CommunicatorState& s = state_of(state_);
+  rt::TensorState& in = input(t, "all_reduce");
+  Issue issue(s, "all_reduce", in.device);
+  check_reduction(issue, in.dtype, op);
+  issue.check_count(in.numel);
+  auto out = issue.output(in.shape, in.dtype);
+  const std::size_t count = static_cast<std::size_t>(in.numel);
+  const DType dtype = in.dtype;
+  void* src = in.storage->data();
+  void* dst = out->storage->data();
+  issue.launch({&in}, {out.get()}, [=](Transport& tr, void* stream) {
+    tr.all_reduce(src, dst, count, dtype, op, stream);
+  });
+  return Tensor(std::move(out));
+}
+
+Tensor Communicator::all_gather(const Tensor& t) const {
+  CommunicatorState& s = state_of(state_);
+  rt::TensorState& in = input(t, "all_gather");
+  Issue issue(s, "all_gather", in.device);
+  issue.check_count(in.numel);
+  Shape shape = in.shape;
+  if (shape.empty()) {
+    shape = {s.size};
+  } else if (__builtin_mul_overflow(shape[0], static_cast<std::int64_t>(s.size), &shape[0])) {
+    throw InvalidArgument("all_gather: shape " + dims(in.shape) + " times " + std::to_string(s.size) +
+                          " ranks is too large to address");
+  }
+  auto out = issue.output(std::move(shape), in.dtype);
+  const std::size_t count = static_cast<std::size_t>(in.numel);
+  const DType dtype = in.dtype;
+  void* src = in.storage->data();
+  void* dst = out->storage->data();
+  issue.launch({&in}, {out.get()}, [=](Transport& tr, void* stream) {
+    tr.all_gather(src, dst, count, dtype, stream);
+  });
+  return Tensor(std::move(out));
+}
+
+Tensor Communicator::reduce_scatter(const Tensor& t, ReduceOp op) const {
+  CommunicatorState& s = state_of(state_);
+  rt::TensorState& in = input(t, "reduce_scatter");
+  Issue issue(s, "reduce_scatter", in.device);
+  check_reduction(issue, in.dtype, op);
+  if (in.shape.empty() || in.shape[0] % s.size != 0) {
+    throw InvalidArgument("reduce_scatter: the first dimension of shape " + dims(in.shape) +
+                          " must be a multiple of the " + std::to_string(s.size) + " ranks");
+  }
+  Shape shape = in.shape;
+  shape[0] /= s.size;
+  auto out = issue.output(std::move(shape), in.dtype);
+  issue.check_count(out->numel);
+  const std::size_t count = static_cast<std::size_t>(out->numel);
+  const DType dtype = in.dtype;
+  void* src = in.storage->data();
+  void* dst = out->storage->data();
+  issue.launch({&in}, {out.get()}, [=](Transport& tr, void* stream) {
+    tr.reduce_scatter(src, dst, count, dtype, op, stream);
+  });
+  return Tensor(std::move(out));
+}
+
+Tensor Communicator::broadcast(const Tensor& t, int root) const {
+  CommunicatorState& s = state_of(state_);
+  rt::TensorState& in = input(t, "broadcast");
+  check_rank(s, "broadcast", "root", root);
+  Issue issue(s, "broadcast", in.device);
+  issue.check_count(in.numel);
+  auto out = issue.output(in.shape, in.dtype);
+  const std::size_t count = static_cast<std::size_t>(in.numel);
+  const DType dtype = in.dtype;
+  void* src = in.storage->data();
+  void* dst = out->storage->data();
+  issue.launch({&in}, {out.get()}, [=](Transport& tr, void* stream) {
+    tr.broadcast(src, dst, count, dtype, root, stream);
+  });
+  return Tensor(std::move(out));
+}
+
+Event Communicator::send(const Tensor& t, int dst) const {
+  CommunicatorState& s = state_of(state_);
+  rt::TensorState& in = input(t, "send");
+  check_rank(s, "send", "dst", dst);
+  if (dst == s.rank) throw InvalidArgument("send: dst " + std::to_string(dst) + " is this rank");
+  Issue issue(s, "send", in.device);
+  issue.check_count(in.numel);
+  const std::size_t count = static_cast<std::size_t>(in.numel);
+  const DType dtype = in.dtype;
+  void* src = in.storage->data();
+  auto work = issue.launch({&in}, {}, [=](Transport& tr, void* stream) {
+    tr.send(src, count, dtype, dst, stream);
+  });
+  return event_on(std::move(work), in.device);
+}
+
+Tensor Communicator::recv(Shape shape, DType dtype, int src, std::optional<Device> device) const {
+  CommunicatorState& s = state_of(state_);
+  check_rank(s, "recv", "src", src);
+  if (src == s.rank) throw InvalidArgument("recv: src " + std::to_string(src) + " is this rank");
+  Issue issue(s, "recv", device.value_or(s.device));
+  auto out = issue.output(std::move(shape), dtype);
+  issue.check_count(out->numel);
+  const std::size_t count = static_cast<std::size_t>(out->numel);
+  void* dst = out->storage->data();
+  issue.launch({}, {out.get()}, [=](Transport& tr, void* stream) {
+    tr.recv(dst, count, dtype, src, stream);
+  });
+  return Tensor(std::move(out));
+}
+
+Event Communicator::barrier() const {
+  CommunicatorState& s = state_of(state_);
+  Issue issue(s, "barrier", s.device);
+  if (s.device.is_cpu()) {
+    auto work = issue.launch({}, {}, [](Transport& tr, void* stream) { tr.barrier(stream); });
+    return event_on(std::move(work), s.device);
+  }
+  // NCCL has no barrier: an all_reduce of one element, which no rank finishes before every
+  // rank has started it.
+  auto scratch = issue.output({1}, DType::i32);
+  void* p = scratch->storage->data();
+  auto work = issue.launch({}, {scratch.get()}, [p](Transport& tr, void* stream) {
+    tr.all_reduce(p, p, 1, DType::i32, ReduceOp::max, stream);
+  });
+  return event_on(std::move(work), s.device);
+}
+
+// --- Making and ending communicators -----------------------------------------------------
+
+Communicator init(InitOptions options) {
+#if !EVENTIDE_WITH_MPI
+  (void)options;
+  throw StateError("distributed::init: this build of eventide has no MPI (EVENTIDE_WITH_MPI was "
+                   "OFF or no MPI was found), which init needs to join the processes of a job; "
+                   "install MPI (Debian: libopenmpi-dev) and rebuild, or use init_local for "
+                   "several GPUs of one process");
+#else
+  auto& p = detail::process();
+  std::lock_guard lock(p.mu);
+  if (p.finalized) throw StateError("distributed::init: the process's communicator was finalized");
+  if (options.device && !options.device->is_cpu() && !is_available(*options.device)) {
+    throw InvalidArgument("distributed::init: the device " + options.device->str() + " is not available");
+  }
+  if (options.device && !options.device->is_cpu() && options.device->kind() != DeviceKind::cuda) {
+    throw InvalidArgument("distributed::init: " + options.device->str() +
+                          " is not a CUDA GPU; collectives on GPUs go through NCCL");
+  }
+  if (p.main) {
+    if (options.device && *options.device != p.main->device) {
+      throw InvalidArgument("distributed::init: the communicator was made for " + p.main->device.str() +
+                            ", not " + options.device->str());
+    }
+    return Communicator(p.main);
+  }
+  rt::Runtime::get().check_running();
+  p.world = detail::MpiWorld::start();
+  auto s = std::make_shared<CommunicatorState>();
+  s->rank = p.world->rank();
+  s->size = p.world->size();
+  s->cpu = &p.world->transport();
+  Device device = Device::cpu();
+  if (options.device) {
+    device = *options.device;
+  } else {
+    std::vector<Device> gpus;
+    for (const Device& d : devices()) {
+      if (d.kind() == DeviceKind::cuda) gpus.push_back(d);
+    }
+    if (!gpus.empty()) device = gpus[static_cast<std::size_t>(p.world->local_rank()) % gpus.size()];
+  }
+  s->device = device;
+  if (!device.is_cpu()) {
+#if EVENTIDE_WITH_NCCL
+    s->gpu = detail::join_nccl(*p.world, device, s->rank, s->size);
+#else
+    throw StateError("distributed::init: this build of eventide has no NCCL (EVENTIDE_WITH_NCCL), which "
+                     "collectives on " + device.str() + " need; pass device=cpu for MPI alone");
+#endif
+  }
+  s->clock_offset_ns = p.world->measure_clock_offset();
+  p.main = s;
+  p.all.push_back(s);
+  detail::register_exit_hook(p);
+  return Communicator(std::move(s));
+#endif
+}
+
+bool is_initialized() noexcept {
+  auto& p = detail::process();
+  std::lock_guard lock(p.mu);
+  return p.main != nullptr && !p.finalized;
+}
+
+std::vector<Communicator> init_local(const std::vector<Device>& devices) {
+#if !EVENTIDE_WITH_NCCL
+  (void)devices;
+  throw StateError("distributed::init_local: this build of eventide has no NCCL (EVENTIDE_WITH_NCCL)");
+#else
+  if (devices.empty()) throw InvalidArgument("distributed::init_local: no devices given");
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i].kind() != DeviceKind::cuda) {
+      throw InvalidArgument("distributed::init_local: " + devices[i].str() + " is not a CUDA GPU");
+    }
+    if (!is_available(devices[i])) {
+      throw InvalidArgument("distributed::init_local: the device " + devices[i].str() + " is not available");
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (devices[j] == devices[i]) {
+        throw InvalidArgument("distributed::init_local: " + devices[i].str() + " is named twice");
+      }
+    }
+  }
+  rt::Runtime::get().check_running();
+  auto transports = detail::nccl_local(devices);
+  auto& p = detail::process();
+  std::lock_guard lock(p.mu);
+  if (p.finalized) throw StateError("distributed::init_local: the process's communicators were finalized");
+  std::vector<Communicator> out;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    auto s = std::make_shared<CommunicatorState>();
+    s->rank = static_cast<int>(i);
+    s->size = static_cast<int>(devices.size());
+    s->device = devices[i];
+    s->gpu = std::move(transports[i]);
+    p.all.push_back(s);
+    out.emplace_back(std::move(s));
+  }
+  detail::register_exit_hook(p);
+  return out;
+#endif
+}
+
+namespace {
+
+// Whether the chain's last op has finished by `deadline`.
+bool drained(Chain& chain, std::chrono::steady_clock::time_point deadline) {
+  rt::Ref<rt::Work> last;
+  {
+    std::lock_guard lock(chain.mu);
+    last = chain.last;
+  }
+  while (last && !last->done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+}  // namespace
+
+bool finalize(std::chrono::nanoseconds timeout) {
+  auto& p = detail::process();
+  std::lock_guard lock(p.mu);
+  if (p.finalized) return true;
+  p.finalized = true;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool clean = true;
+  for (auto& s : p.all) s->ended.store(true, std::memory_order_release);
+  for (auto& s : p.all) {
+    clean = drained(s->cpu_chain, deadline) && clean;
+    clean = drained(s->gpu_chain, deadline) && clean;
+  }
+  if (!clean) {
+    // A collective still runs (a peer never came): tearing down under it could crash or hang.
+    // The communicators are left as they are; the process may exit.
+    std::fputs("eventide: distributed::finalize: collectives are still running (a rank that never "
+               "issued its part?); NCCL and MPI are left as they are\n",
+               stderr);
+    return false;
+  }
+  for (auto& s : p.all) s->gpu.reset();
+#if EVENTIDE_WITH_MPI
+  if (p.world) p.world->finish();
+#endif
+  return true;
+}
+
+}  // namespace eventide::distributed

@@ -1,0 +1,324 @@
+// MPI: the process's world, and the transport of CPU tensors (mpi.hpp, transport.hpp).
+#include "distributed/mpi.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "core/parker.hpp"
+#include "core/work.hpp"
+#include "eventide/errors.hpp"
+#include "eventide/half.hpp"
+
+namespace eventide::distributed::detail {
+
+namespace {
+
+[[noreturn]] void throw_mpi(const char* call, int status) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(status, text, &length) != MPI_SUCCESS) length = 0;
+  throw DeviceError(std::string(call) + " failed: " +
+                        (length > 0 ? std::string(text, static_cast<std::size_t>(length))
+                                    : "MPI error " + std::to_string(status)),
+                    call, status);
+}
+
+void check(const char* call, int status) {
+  if (status != MPI_SUCCESS) throw_mpi(call, status);
+}
+
+// A transfer that waits for the peers: on a CPU stream's worker, it lets the pool start
+// another thread meanwhile (core/parker.hpp), as a runtime wait does.
+template <class Call>
+void blocking(const char* call, Call&& mpi_call) {
+  int status;
+  {
+    eventide::detail::BlockingRegion region;
+    status = mpi_call();
+  }
+  check(call, status);
+}
+
+// --- 16-bit floats: MPI has no type for them; a 2-byte type and ops of eventide's own. -----
+
+template <std::uint16_t (*ToBits)(float), float (*FromBits)(std::uint16_t), int Op>
+void reduce_16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = FromBits(a[i]);
+    const float y = FromBits(b[i]);
+    float r;
+    if constexpr (Op == 0) r = x + y;
+    if constexpr (Op == 1) r = x * y;
+    if constexpr (Op == 2) r = (x != x || y != y) ? x + y : std::max(x, y);  // NaN wins
+    if constexpr (Op == 3) r = (x != x || y != y) ? x + y : std::min(x, y);
+    b[i] = ToBits(r);
+  }
+}
+
+// The ops of one 16-bit type, in ReduceOp's order up to min (avg is a sum, then a division).
+template <std::uint16_t (*ToBits)(float), float (*FromBits)(std::uint16_t)>
+constexpr std::array<MPI_User_function*, 4> kReduce16 = {
+    &reduce_16<ToBits, FromBits, 0>, &reduce_16<ToBits, FromBits, 1>,
+    &reduce_16<ToBits, FromBits, 2>, &reduce_16<ToBits, FromBits, 3>};
+
+std::size_t op_index(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg: return 0;
+    case ReduceOp::prod: return 1;
+    case ReduceOp::max: return 2;
+    case ReduceOp::min: return 3;
+  }
+  return 0;
+}
+
+// Divides each of `count` elements by `by`, in place: avg's last step.
+void divide(void* data, std::size_t count, DType dtype, int by) {
+  switch (dtype) {
+    case DType::f32: {
+      auto* p = static_cast<float*>(data);
+      for (std::size_t i = 0; i < count; ++i) p[i] /= static_cast<float>(by);
+      break;
+    }
+    case DType::f64: {
+      auto* p = static_cast<double*>(data);
+      for (std::size_t i = 0; i < count; ++i) p[i] /= by;
+      break;
+    }
+    case DType::f16: {
+      auto* p = static_cast<std::uint16_t*>(data);
+      for (std::size_t i = 0; i < count; ++i) p[i] = float_to_f16(f16_to_float(p[i]) / static_cast<float>(by));
+      break;
+    }
+    case DType::bf16: {
+      auto* p = static_cast<std::uint16_t*>(data);
+      for (std::size_t i = 0; i < count; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) / static_cast<float>(by));
+      break;
+    }
+    case DType::i32:
+    case DType::i64: break;  // refused before: avg is for floating dtypes
+  }
+}
+
+int as_count(std::size_t count) {
+  // (The communicator refuses larger tensors before they are enqueued: max_count.)
+  return static_cast<int>(count);
+}
+
+class MpiTransport final : public Transport {
+ public:
+  MpiTransport(MPI_Comm comm, int size) : comm_(comm), size_(size) {
+    check("MPI_Type_contiguous", MPI_Type_contiguous(2, MPI_BYTE, &f16_));
+    check("MPI_Type_commit", MPI_Type_commit(&f16_));
+    check("MPI_Type_contiguous", MPI_Type_contiguous(2, MPI_BYTE, &bf16_));
+    check("MPI_Type_commit", MPI_Type_commit(&bf16_));
+    for (std::size_t i = 0; i < 4; ++i) {
+      check("MPI_Op_create", MPI_Op_create(kReduce16<float_to_f16, f16_to_float>[i], 1, &f16_ops_[i]));
+      check("MPI_Op_create", MPI_Op_create(kReduce16<float_to_bf16, bf16_to_float>[i], 1, &bf16_ops_[i]));
+    }
+  }
+
+  void free() noexcept {
+    for (MPI_Op& op : f16_ops_) MPI_Op_free(&op);
+    for (MPI_Op& op : bf16_ops_) MPI_Op_free(&op);
+    MPI_Type_free(&f16_);
+    MPI_Type_free(&bf16_);
+  }
+
+  const char* name() const noexcept override { return "mpi"; }
+  std::size_t max_count() const noexcept override { return INT_MAX; }
+
+  std::string refuses(DType dtype, ReduceOp op) const override {
+    if (op == ReduceOp::avg && !is_floating(dtype)) {
+      return "avg needs a floating dtype, got " + std::string(eventide::name(dtype));
+    }
+    return {};
+  }
+
+  void all_reduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
+                  void*) override {
+    blocking("MPI_Allreduce", [&] { return MPI_Allreduce(in, out, as_count(count), type(dtype), reduction(dtype, op), comm_); });
+    if (op == ReduceOp::avg) divide(out, count, dtype, size_);
+  }
+
+  void all_gather(const void* in, void* out, std::size_t count, DType dtype, void*) override {
+    blocking("MPI_Allgather", [&] {
+      return MPI_Allgather(in, as_count(count), type(dtype), out, as_count(count), type(dtype), comm_);
+    });
+  }
+
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
+                      void*) override {
+    blocking("MPI_Reduce_scatter_block", [&] {
+      return MPI_Reduce_scatter_block(in, out, as_count(count), type(dtype), reduction(dtype, op), comm_);
+    });
+    if (op == ReduceOp::avg) divide(out, count, dtype, size_);
+  }
+
+  void broadcast(const void* in, void* out, std::size_t count, DType dtype, int root,
+                 void*) override {
+    int rank = 0;
+    MPI_Comm_rank(comm_, &rank);
+    if (rank == root && count > 0) std::memcpy(out, in, count * itemsize(dtype));
+    blocking("MPI_Bcast", [&] { return MPI_Bcast(out, as_count(count), type(dtype), root, comm_); });
+  }
+
+  void send(const void* in, std::size_t count, DType dtype, int dst, void*) override {
+    blocking("MPI_Send", [&] { return MPI_Send(in, as_count(count), type(dtype), dst, kTag, comm_); });
+  }
+
+  void recv(void* out, std::size_t count, DType dtype, int src, void*) override {
+    blocking("MPI_Recv", [&] { return MPI_Recv(out, as_count(count), type(dtype), src, kTag, comm_, MPI_STATUS_IGNORE); });
+  }
+
+  void barrier(void*) override {
+    blocking("MPI_Barrier", [&] { return MPI_Barrier(comm_); });
+  }
+
+ private:
+  static constexpr int kTag = 0x65;  // eventide's point-to-point messages
+
+  MPI_Datatype type(DType dtype) const noexcept {
+    switch (dtype) {
+      case DType::f32: return MPI_FLOAT;
+      case DType::f64: return MPI_DOUBLE;
+      case DType::i32: return MPI_INT32_T;
+      case DType::i64: return MPI_INT64_T;
+      case DType::f16: return f16_;
+      case DType::bf16: return bf16_;
+    }
+    return MPI_BYTE;
+  }
+
+  MPI_Op reduction(DType dtype, ReduceOp op) const noexcept {
+    if (dtype == DType::f16) return f16_ops_[op_index(op)];
+    if (dtype == DType::bf16) return bf16_ops_[op_index(op)];
+    switch (op) {
+      case ReduceOp::sum:
+      case ReduceOp::avg: return MPI_SUM;
+      case ReduceOp::prod: return MPI_PROD;
+      case ReduceOp::max: return MPI_MAX;
+      case ReduceOp::min: return MPI_MIN;
+    }
+    return MPI_SUM;
+  }
+
+  MPI_Comm comm_;
+  int size_;
+  MPI_Datatype f16_ = MPI_DATATYPE_NULL;
+  MPI_Datatype bf16_ = MPI_DATATYPE_NULL;
+  std::array<MPI_Op, 4> f16_ops_{};
+  std::array<MPI_Op, 4> bf16_ops_{};
+};
+
+class World final : public MpiWorld {
+ public:
+  World() {
+    int initialized = 0;
+    check("MPI_Initialized", MPI_Initialized(&initialized));
+    int provided = 0;
+    if (!initialized) {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (finalized) throw StateError("distributed::init: MPI has already been finalized in this process");
+      check("MPI_Init_thread", MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+      started_ = true;
+    } else {
+      check("MPI_Query_thread", MPI_Query_thread(&provided));
+    }
+    if (provided < MPI_THREAD_SERIALIZED) {
+      if (started_) MPI_Finalize();
+      throw DeviceError("distributed::init: MPI gives thread level " + std::to_string(provided) +
+                            "; eventide's collectives run on its stream threads and need "
+                            "MPI_THREAD_SERIALIZED or more (start MPI with MPI_Init_thread)",
+                        "MPI_Init_thread", provided);
+    }
+    check("MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    // Errors come back as return codes (then DeviceErrors), instead of aborting the job.
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    check("MPI_Comm_rank", MPI_Comm_rank(comm_, &rank_));
+    check("MPI_Comm_size", MPI_Comm_size(comm_, &size_));
+    MPI_Comm local = MPI_COMM_NULL;
+    check("MPI_Comm_split_type", MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+    MPI_Comm_rank(local, &local_rank_);
+    MPI_Comm_size(local, &local_size_);
+    MPI_Comm_free(&local);
+    transport_ = std::make_unique<MpiTransport>(comm_, size_);
+  }
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return size_; }
+  int local_rank() const noexcept override { return local_rank_; }
+  int local_size() const noexcept override { return local_size_; }
+  Transport& transport() noexcept override { return *transport_; }
+
+  void broadcast_bytes(void* data, std::size_t bytes, int root) override {
+    check("MPI_Bcast", MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_));
+  }
+
+  std::int64_t measure_clock_offset() override {
+    constexpr int kTries = 16;
+    constexpr int kTag = 0x66;
+    std::int64_t offset = 0;
+    for (int peer = 1; peer < size_; ++peer) {
+      for (int i = 0; i < kTries; ++i) {
+        if (rank_ == 0) {
+          std::int64_t ping = 0;
+          check("MPI_Recv", MPI_Recv(&ping, 1, MPI_INT64_T, peer, kTag, comm_, MPI_STATUS_IGNORE));
+          const std::int64_t now = eventide::detail::host_now_ns();
+          check("MPI_Send", MPI_Send(&now, 1, MPI_INT64_T, peer, kTag, comm_));
+        } else if (rank_ == peer) {
+          const std::int64_t sent = eventide::detail::host_now_ns();
+          check("MPI_Send", MPI_Send(&sent, 1, MPI_INT64_T, 0, kTag, comm_));
+          std::int64_t theirs = 0;
+          check("MPI_Recv", MPI_Recv(&theirs, 1, MPI_INT64_T, 0, kTag, comm_, MPI_STATUS_IGNORE));
+          const std::int64_t back = eventide::detail::host_now_ns();
+          if (back - sent < best_round_trip_) {
+            best_round_trip_ = back - sent;
+            offset = theirs - (sent + back) / 2;
+          }
+        }
+      }
+    }
+    return offset;
+  }
+
+  void finish() noexcept override {
+    transport_->free();
+    MPI_Comm_free(&comm_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (started_ && !finalized) MPI_Finalize();
+  }
+
+ private:
+  bool started_ = false;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::int64_t best_round_trip_ = std::numeric_limits<std::int64_t>::max();
+  std::unique_ptr<MpiTransport> transport_;
+};
+
+}  // namespace
+
+std::unique_ptr<MpiWorld> MpiWorld::start() { return std::make_unique<World>(); }
+
+bool launched_by_mpi_launcher() noexcept {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* v = std::getenv(var);
+    if (v && std::atoi(v) > 1) return true;
+  }
+  return false;
+}
+
+}  // namespace eventide::distributed::detail

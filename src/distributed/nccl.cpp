@@ -1,0 +1,158 @@
+// NCCL: the transport of a GPU's tensors (nccl.hpp).
+#include "distributed/nccl.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "distributed/mpi.hpp"
+#include "eventide/errors.hpp"
+
+namespace eventide::distributed::detail {
+
+namespace {
+
+static_assert(sizeof(ncclUniqueId) == kNcclIdBytes, "ncclUniqueId changed size");
+
+void check(const char* call, ncclResult_t status, ncclComm_t comm = nullptr) {
+  if (status == ncclSuccess || status == ncclInProgress) return;
+  std::string text = ncclGetErrorString(status);
+  if (comm) {
+    if (const char* last = ncclGetLastError(comm); last && *last) text += std::string(" (") + last + ")";
+  }
+  throw DeviceError(std::string(call) + " failed: " + text, call, status);
+}
+
+// Makes `device` the calling thread's current CUDA device for a scope, then restores it.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+      throw DeviceError(std::string("cudaSetDevice failed: ") + cudaGetErrorString(e), "cudaSetDevice", e);
+    }
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+ncclDataType_t nccl_type(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    case DType::f16: return ncclFloat16;
+    case DType::bf16: return ncclBfloat16;
+  }
+  return ncclInt8;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::prod: return ncclProd;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+    case ReduceOp::avg: return ncclAvg;
+  }
+  return ncclSum;
+}
+
+cudaStream_t as_stream(void* stream) noexcept { return static_cast<cudaStream_t>(stream); }
+
+class NcclTransport final : public Transport {
+ public:
+  NcclTransport(ncclComm_t comm, int device) : comm_(comm), device_(device) {}
+  ~NcclTransport() override {
+    try {
+      DeviceScope scope(device_);
+      // Flushes what was issued, then frees; a communicator that cannot finalize (a peer is
+      // gone) is aborted instead, so that process exit does not wait for it.
+      if (ncclCommFinalize(comm_) == ncclSuccess) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    } catch (...) {
+      ncclCommAbort(comm_);
+    }
+  }
+  NcclTransport(const NcclTransport&) = delete;
+  NcclTransport& operator=(const NcclTransport&) = delete;
+
+  const char* name() const noexcept override { return "nccl"; }
+  std::size_t max_count() const noexcept override { return std::numeric_limits<std::size_t>::max(); }
+
+  std::string refuses(DType dtype, ReduceOp op) const override {
+    if (op == ReduceOp::avg && !is_floating(dtype)) {
+      return "avg needs a floating dtype, got " + std::string(eventide::name(dtype));
+    }
+    return {};
+  }
+
+  void all_reduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
+                  void* stream) override {
+    check("ncclAllReduce", ncclAllReduce(in, out, count, nccl_type(dtype), nccl_op(op), comm_, as_stream(stream)), comm_);
+  }
+  void all_gather(const void* in, void* out, std::size_t count, DType dtype, void* stream) override {
+    check("ncclAllGather", ncclAllGather(in, out, count, nccl_type(dtype), comm_, as_stream(stream)), comm_);
+  }
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
+                      void* stream) override {
+    check("ncclReduceScatter",
+          ncclReduceScatter(in, out, count, nccl_type(dtype), nccl_op(op), comm_, as_stream(stream)), comm_);
+  }
+  void broadcast(const void* in, void* out, std::size_t count, DType dtype, int root,
+                 void* stream) override {
+    check("ncclBroadcast", ncclBroadcast(in, out, count, nccl_type(dtype), root, comm_, as_stream(stream)), comm_);
+  }
+  void send(const void* in, std::size_t count, DType dtype, int dst, void* stream) override {
+    check("ncclSend", ncclSend(in, count, nccl_type(dtype), dst, comm_, as_stream(stream)), comm_);
+  }
+  void recv(void* out, std::size_t count, DType dtype, int src, void* stream) override {
+    check("ncclRecv", ncclRecv(out, count, nccl_type(dtype), src, comm_, as_stream(stream)), comm_);
+  }
+  void barrier(void*) override {
+    throw StateError("NCCL has no barrier: the communicator makes one of an all_reduce");
+  }
+
+ private:
+  ncclComm_t comm_;
+  int device_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> join_nccl(MpiWorld& world, Device device, int rank, int size) {
+  ncclUniqueId id{};
+  if (rank == 0) check("ncclGetUniqueId", ncclGetUniqueId(&id));
+  world.broadcast_bytes(&id, sizeof id, 0);
+  DeviceScope scope(device.index());
+  ncclComm_t comm = nullptr;
+  check("ncclCommInitRank", ncclCommInitRank(&comm, size, id, rank));
+  return std::make_unique<NcclTransport>(comm, device.index());
+}
+
+std::vector<std::unique_ptr<Transport>> nccl_local(const std::vector<Device>& devices) {
+  std::vector<int> indices;
+  for (const Device& d : devices) indices.push_back(d.index());
+  std::vector<ncclComm_t> comms(devices.size(), nullptr);
+  check("ncclCommInitAll", ncclCommInitAll(comms.data(), static_cast<int>(comms.size()), indices.data()));
+  std::vector<std::unique_ptr<Transport>> out;
+  for (std::size_t i = 0; i < comms.size(); ++i) {
+    out.push_back(std::make_unique<NcclTransport>(comms[i], indices[i]));
+  }
+  return out;
+}
+
+}  // namespace eventide::distributed::detail
