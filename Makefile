@@ -43,20 +43,23 @@ test: all
 bench: all
 	scripts/bench.sh $(BUILD)
 
-# The CPU backend under the sanitizers (the CUDA backend is left out there: no GPU).
+# The CPU backend under the sanitizers (the CUDA backend is left out there: no GPU; and MPI,
+# whose library is not instrumented and keeps memory to process exit, which LeakSanitizer
+# would report: the core's must_issue and ordering paths that collectives use are in
+# stream_test).
 sanitize: sanitize-thread sanitize-address
 
 # The Python package is left out of the sanitizer builds: the interpreter is not instrumented.
 sanitize-thread: deps
 	cmake -S . -B build-tsan -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DEVENTIDE_SANITIZE=thread -DEVENTIDE_WITH_CUDA=OFF -DEVENTIDE_BUILD_BENCHMARKS=OFF
+	  -DEVENTIDE_SANITIZE=thread -DEVENTIDE_WITH_CUDA=OFF -DEVENTIDE_WITH_MPI=OFF -DEVENTIDE_BUILD_BENCHMARKS=OFF
 	cmake --build build-tsan -j $(JOBS)
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" OPENBLAS_NUM_THREADS=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600 $(CTEST_ARGS)
 
 sanitize-address: deps
 	cmake -S . -B build-asan -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DEVENTIDE_SANITIZE=address,undefined -DEVENTIDE_WITH_CUDA=OFF -DEVENTIDE_BUILD_BENCHMARKS=OFF
+	  -DEVENTIDE_SANITIZE=address,undefined -DEVENTIDE_WITH_CUDA=OFF -DEVENTIDE_WITH_MPI=OFF -DEVENTIDE_BUILD_BENCHMARKS=OFF
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600 $(CTEST_ARGS)

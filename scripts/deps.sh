@@ -5,10 +5,11 @@
 set -euo pipefail
 
 # The library itself needs only g++/cmake and OpenBLAS (CUDA where built); nlohmann-json3-dev
-# and libcli11-dev are for the eventide command and the tests, pkgconf for the pkg-config
+# and libcli11-dev are for the eventide command and the tests, libopenmpi-dev and openmpi-bin
+# for ev.distributed over MPI (and its mpirun tests), pkgconf for the pkg-config
 # test, python3-venv/-pip/-setuptools/-wheel for `pip install .` (offline) and its test.
 declare -A PACKAGES=(
-  [build]="cmake ninja-build g++ libopenblas-dev libcli11-dev nlohmann-json3-dev"
+  [build]="cmake ninja-build g++ libopenblas-dev libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin"
   [test]="libgtest-dev libgmock-dev nlohmann-json3-dev pkgconf"
   [bench]="libbenchmark-dev"
   [python]="python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-hypothesis python3-venv python3-pip python3-setuptools python3-wheel"

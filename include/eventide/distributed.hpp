@@ -109,7 +109,8 @@ class Communicator {
   Event send(const Tensor& t, int dst) const;
   // A new tensor of `shape` and `dtype` on `device` (default: the communicator's device),
   // received from rank `src`'s send().
-  Tensor recv(Shape shape, DType dtype, int src, std::optional<Device> device = std::nullopt) const;
+  Tensor recv(Shape shape, int src, DType dtype = DType::f32,
+              std::optional<Device> device = std::nullopt) const;
   // An op on the current stream of device() that finishes when every rank has reached its
   // own barrier (on a GPU, an all_reduce of one element, as NCCL has no barrier). wait() on
   // the returned event for a barrier of the host.

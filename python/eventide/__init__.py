@@ -76,6 +76,7 @@ from ._eventide import (  # noqa: F401  (re-exported)
     zeros,
 )
 from . import _eventide
+from . import distributed  # noqa: F401  (ev.distributed)
 
 # fork() (os.fork, multiprocessing's fork start method) first lets running CPU ops finish, for
 # up to 2 s, with the GIL released; the child then has a working CPU runtime (see
@@ -86,7 +87,7 @@ __all__ = [
     "BenchmarkResult", "benchmark", "cast", "Device", "DeviceError", "Event", "EventideError", "EventStateError", "InvalidArgumentError",
     "OpError", "Profile", "Profiler", "Stream", "Tensor", "UserEvent", "add", "allow_tf32",
     "bfloat16", "current_stream", "default_device", "default_stream", "device_info", "devices",
-    "dtype", "empty", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "int32",
+    "distributed", "dtype", "empty", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "int32",
     "int64", "is_available", "manual_seed", "matmul", "mul", "ones", "profile", "rand", "randn",
     "range",
     "set_allow_tf32", "stream",

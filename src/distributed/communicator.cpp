@@ -349,7 +349,7 @@ Event Communicator::send(const Tensor& t, int dst) const {
   return event_on(std::move(work), in.device);
 }
 
-Tensor Communicator::recv(Shape shape, DType dtype, int src, std::optional<Device> device) const {
+Tensor Communicator::recv(Shape shape, int src, DType dtype, std::optional<Device> device) const {
   CommunicatorState& s = state_of(state_);
   check_rank(s, "recv", "src", src);
   if (src == s.rank) throw InvalidArgument("recv: src " + std::to_string(src) + " is this rank");

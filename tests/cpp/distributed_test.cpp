@@ -21,16 +21,20 @@ using namespace std::chrono_literals;
 
 namespace {
 
-ev::Device test_device() {
+// EVENTIDE_DEVICE=cpu: CPU tensors (MPI); anything else: each rank's own GPU (NCCL), as
+// init() picks it (cuda:(local rank % GPUs)).
+bool on_cpu() {
   const char* d = std::getenv("EVENTIDE_DEVICE");
-  return d && *d ? ev::Device(d) : ev::Device::cpu();
+  return !d || !*d || std::string(d) == "cpu";
 }
 
 dist::Communicator comm() {
   dist::InitOptions options;
-  options.device = test_device().is_cpu() ? ev::Device::cpu() : test_device();
+  if (on_cpu()) options.device = ev::Device::cpu();
   return dist::init(options);
 }
+
+ev::Device test_device() { return on_cpu() ? ev::Device::cpu() : comm().device(); }
 
 // A tensor of `n` elements, all `value`, on the test device.
 ev::Tensor filled(std::int64_t n, double value, ev::DType dtype = ev::DType::f32) {
@@ -62,6 +66,7 @@ TEST(DistributedTest, InitGivesRankAndSizeAndIsTheSameCommunicatorTwice) {
   EXPECT_TRUE(c == comm());
   EXPECT_TRUE(dist::is_initialized());
   EXPECT_EQ(c.transport(ev::Device::cpu()), "mpi");
+  EXPECT_EQ(c.transport(test_device()), on_cpu() ? "mpi" : "nccl");
   EXPECT_NE(c.str().find("rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size())),
             std::string::npos);
   if (c.rank() == 0) EXPECT_EQ(c.clock_offset_ns(), 0);
@@ -149,15 +154,15 @@ TEST(DistributedTest, SendAndRecvAroundARing) {
   ev::Tensor got;
   if (c.rank() % 2 == 0) {
     sent = c.send(filled(4, 100 + c.rank()), next);
-    got = c.recv({4}, ev::DType::f32, prev);
+    got = c.recv({4}, prev);
   } else {
-    got = c.recv({4}, ev::DType::f32, prev);
+    got = c.recv({4}, prev);
     sent = c.send(filled(4, 100 + c.rank()), next);
   }
   ASSERT_TRUE(sent.wait_for(30s));
   for (double v : read(got)) EXPECT_EQ(v, 100 + prev);
   EXPECT_THROW(c.send(filled(1, 0), c.rank()), ev::InvalidArgument);
-  EXPECT_THROW(c.recv({1}, ev::DType::f32, c.size()), ev::InvalidArgument);
+  EXPECT_THROW(c.recv({1}, c.size()), ev::InvalidArgument);
 }
 
 TEST(DistributedTest, BarrierIsAnEventThatNoRankPassesAlone) {

@@ -9,6 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/event_state.hpp"
+#include "core/stream_state.hpp"
+#include "core/tensor_state.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -545,4 +548,46 @@ TEST(StreamTest, WaitWithTheNativeScopeOnTheCpuIsAPlainWait) {
     gate.set();
     EXPECT_TRUE(after.wait_for(30s));
   });
+}
+
+// A collective's launch (src/distributed): issued even when its input failed, since peers in
+// other processes wait for it; it fails all the same. And ordered after a given work of
+// another stream without taking its failure.
+TEST(StreamTest, WorkThatMustBeIssuedRunsDespiteAFailedInputAndFailsWithIt) {
+  ev::Stream s(ev::Device::cpu());
+  ev::Tensor in = ev::zeros({4});
+  s.enqueue("broken", [] { throw std::runtime_error("broken input"); }, {}, {in});
+  std::atomic<int> ran{0};
+  eventide::detail::LaunchOptions options;
+  options.must_issue = true;
+  auto work = s.state()->launch("issued", {in.state().get()}, {}, [&] { ++ran; }, options);
+  ev::Event e(ev::Device::cpu());
+  e.state()->record(work, ev::Device::cpu());
+  EXPECT_THROW(e.wait(), ev::OpError);
+  EXPECT_EQ(ran.load(), 1);
+  // Without must_issue it does not run.
+  auto skipped = s.state()->launch("skipped", {in.state().get()}, {}, [&] { ++ran; });
+  ev::Event e2(ev::Device::cpu());
+  e2.state()->record(skipped, ev::Device::cpu());
+  EXPECT_THROW(e2.wait(), ev::OpError);
+  EXPECT_EQ(ran.load(), 1);
+}
+
+TEST(StreamTest, WorkOrderedAfterAnotherStreamsWorkWaitsForItButNotForItsFailure) {
+  ev::UserEvent gate;
+  ev::Stream a(ev::Device::cpu()), b(ev::Device::cpu());
+  a.wait(gate);
+  ev::Tensor t = ev::zeros({1});
+  auto first = a.state()->launch("first", {}, {}, [] { throw std::runtime_error("first fails"); });
+  std::atomic<bool> ran{false};
+  eventide::detail::LaunchOptions options;
+  options.after = first;
+  auto second = b.state()->launch("second", {}, {}, [&] { ran = true; }, options);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(ran.load()) << "ran before the work it is ordered after";
+  gate.set();
+  ev::Event e(ev::Device::cpu());
+  e.state()->record(second, ev::Device::cpu());
+  EXPECT_TRUE(e.wait_for(20s));  // finished, and did not fail
+  EXPECT_TRUE(ran.load());
 }

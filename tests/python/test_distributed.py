@@ -1,0 +1,98 @@
+"""eventide.distributed: collectives as stream ops across processes.
+
+The checks that need several ranks live in distributed/worker.py and run under
+``mpirun -np N`` here (each run under a timeout); the rest run in this process or in a plain
+child process (MPI's singleton: one rank). They are skipped, saying why, where eventide was
+built without MPI or no mpirun is found."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import eventide as ev
+
+WORKER = Path(__file__).parent / "distributed" / "worker.py"
+CAPS = ev.distributed.capabilities()
+MPIRUN = shutil.which("mpirun") or shutil.which("mpiexec")
+
+needs_mpi = pytest.mark.skipif(not CAPS["mpi"], reason="eventide was built without MPI (EVENTIDE_WITH_MPI)")
+needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH (Debian: openmpi-bin)")
+
+
+def mpi_env() -> dict:
+    env = dict(os.environ)
+    # OpenMPI: allowed as root (CI's containers), and more ranks than cores (CI has two).
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", EVENTIDE_DEVICE="cpu")
+    return env
+
+
+def run(args: list, timeout: float = 120.0) -> subprocess.CompletedProcess:
+    return subprocess.run(args, env=mpi_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def test_capabilities_say_what_this_build_has():
+    assert set(CAPS) == {"mpi", "nccl", "launched"}
+    assert all(isinstance(v, bool) for v in CAPS.values())
+    assert CAPS["launched"] is False  # pytest was not started by mpirun
+
+
+@needs_mpi
+@needs_mpirun
+@pytest.mark.time_limit(180)
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_every_rank_passes_the_workers_checks(ranks):
+    r = run([MPIRUN, "-np", str(ranks), sys.executable, str(WORKER)], timeout=150)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    for rank in range(ranks):
+        assert f"rank {rank} of {ranks}: ok" in r.stdout, out[-4000:]
+
+
+SINGLE = r"""
+import eventide as ev, numpy as np
+comm = ev.distributed.init(device="cpu")
+assert (comm.rank, comm.size) == (0, 1), comm
+assert comm.clock_offset_ns == 0
+t = ev.tensor(np.arange(5, dtype=np.float64))
+np.testing.assert_array_equal(comm.all_reduce(t).numpy(), np.arange(5))
+np.testing.assert_array_equal(comm.all_gather(t).numpy(), np.arange(5))
+np.testing.assert_array_equal(comm.reduce_scatter(t).numpy(), np.arange(5))
+assert comm.barrier().wait(timeout=20)
+def refused(fn, kind, words):
+    try:
+        fn()
+    except kind as e:
+        assert words in str(e), str(e)
+    else:
+        raise AssertionError(f"accepted: {words}")
+refused(lambda: comm.send(t, dst=0), ev.InvalidArgumentError, "is this rank")
+refused(lambda: comm.recv((2,), src=1), ev.InvalidArgumentError, "not a rank")
+refused(lambda: comm.broadcast(t, root=1), ev.InvalidArgumentError, "not a rank")
+refused(lambda: comm.all_reduce(ev.ones((2,), dtype=ev.int32), op="avg"), ev.InvalidArgumentError, "floating")
+refused(lambda: ev.distributed.init(device="cuda:0"), ev.InvalidArgumentError, "cuda:0")
+assert ev.distributed.finalize(timeout=10) is True
+assert not ev.distributed.is_initialized()
+refused(lambda: comm.all_reduce(t), ev.EventStateError, "finalized")
+refused(lambda: ev.distributed.init(), ev.EventStateError, "finalized")
+print("single ok")
+"""
+
+
+@needs_mpi
+@pytest.mark.time_limit(120)
+def test_one_process_without_mpirun_is_a_communicator_of_one():
+    r = run([sys.executable, "-c", SINGLE], timeout=90)
+    assert r.returncode == 0 and "single ok" in r.stdout, (r.stdout + r.stderr)[-4000:]
+
+
+@pytest.mark.skipif(CAPS["mpi"], reason="this build has MPI: the message for builds without it is not reachable")
+def test_init_without_mpi_says_how_to_get_it():
+    with pytest.raises(ev.EventStateError, match="no MPI"):
+        ev.distributed.init()
