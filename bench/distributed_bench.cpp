@@ -67,7 +67,8 @@ std::string size_text(std::size_t bytes) {
 }
 
 double bus_bandwidth_gbs(std::size_t bytes, double seconds) {
-  return bytes / seconds / 1e9 * 2.0 * (g_size - 1) / g_size;
+  // (One rank moves nothing between ranks: its algorithm bandwidth, then.)
+  return bytes / seconds / 1e9 * (g_size > 1 ? 2.0 * (g_size - 1) / g_size : 1.0);
 }
 
 int iterations_for(std::size_t bytes, bool quick) {

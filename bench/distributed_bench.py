@@ -59,7 +59,7 @@ def best(iters: int, issue, finish) -> float:
 
 
 def busbw(nbytes: int, seconds: float) -> float:
-    return nbytes / seconds / 1e9 * 2 * (size - 1) / size
+    return nbytes / seconds / 1e9 * (2 * (size - 1) / size if size > 1 else 1.0)
 
 
 say(f"\n## all_reduce from Python, {size} ranks: bus bandwidth (GB/s)\n")

@@ -96,3 +96,30 @@ def test_one_process_without_mpirun_is_a_communicator_of_one():
 def test_init_without_mpi_says_how_to_get_it():
     with pytest.raises(ev.EventStateError, match="no MPI"):
         ev.distributed.init()
+
+
+TORCH_NCCL = r"""
+import os
+import eventide  # first: its libraries are loaded before PyTorch's
+import torch, torch.distributed as td
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29000 + os.getpid() % 1000))
+torch.cuda.set_device(0)
+td.init_process_group("nccl", rank=0, world_size=1)
+x = torch.ones(4, device="cuda")
+td.all_reduce(x)
+torch.cuda.synchronize()
+td.destroy_process_group()
+print("torch ok", x.sum().item())
+"""
+
+
+@pytest.mark.time_limit(120)
+def test_pytorchs_nccl_works_in_a_process_that_imported_eventide_first():
+    # (Seen on the GPU machine, whose compiler links libstdc++ statically: eventide's copies of
+    # its symbols interposed on PyTorch's and the process crashed in std::locale's destructor.)
+    probe = subprocess.run([sys.executable, "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"],
+                           capture_output=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip("needs PyTorch with a CUDA GPU (run on the GPU machine)")
+    r = subprocess.run([sys.executable, "-c", TORCH_NCCL], capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0 and "torch ok 4.0" in r.stdout, (r.stdout + r.stderr)[-3000:]
