@@ -740,6 +740,69 @@ void two_streams(const Context& ctx) {
   check(joined.ready(), "wait_all must wait for the join");
 }
 
+// Data-parallel training's overlap: each step's gradients are all-reduced on a stream of
+// their own while the next step computes, joined by events (a stream waits for the event of
+// the gradients; the host waits for the last all-reduce). With one process this is a
+// communicator of one rank (MPI's singleton); under `mpirun -np N eventide demo` every rank
+// runs it with the others (docs/SCALE_OUT.md).
+void all_reduce_overlaps_compute(const Context& ctx) {
+  if (!ev::distributed::capabilities().mpi) {
+    try {
+      ev::distributed::init();
+    } catch (const ev::StateError& e) {
+      say("this build has no MPI, so there is no communicator: %s", e.what());
+      return;
+    }
+  }
+  ev::distributed::InitOptions options;
+  options.device = ctx.device;
+  ev::distributed::Communicator comm = ev::distributed::init(options);
+  say("ev::distributed::init() -> %s", comm.str().c_str());
+  ev::Stream compute(ctx.device), communicate(ctx.device);
+  ev::Tensor a = ctx.randn(ctx.big_n), b = ctx.randn(ctx.big_n);
+  const std::int64_t grad_elems = ctx.device.is_cpu() ? (4 << 20) : (16 << 20);
+  ev::synchronize(ctx.device);
+  constexpr int kSteps = 4;
+  std::vector<ev::Event> computed, reduced;
+  ev::Tensor last;
+  ev::UserEvent go(ctx.device);  // every step enqueued first: the overlap is the device's
+  compute.wait(go);
+  for (int step = 0; step < kSteps; ++step) {
+    ev::Tensor grads;
+    {
+      ev::StreamGuard guard(compute);
+      computed.emplace_back().record(ev::matmul(a, b));
+      grads = ev::full({grad_elems}, step + 1.0, ev::DType::f32, ctx.device);
+    }
+    ev::Event ready;
+    ready.record(grads);
+    communicate.wait(ready);
+    ev::StreamGuard guard(communicate);
+    last = comm.all_reduce(grads, ev::distributed::ReduceOp::avg);
+    reduced.emplace_back().record(last);
+  }
+  say("%d steps: a matmul (%lld x %lld) and its gradients on the compute stream; each step's "
+      "all_reduce on the other stream, after an event of its gradients", kSteps,
+      static_cast<long long>(ctx.big_n), static_cast<long long>(ctx.big_n));
+  go.set();
+  ev::wait_all(reduced);
+  const ev::Event& origin = computed.front();
+  const std::vector<Interval> busy = merged(spans_of(computed, origin));
+  const std::vector<Interval> comms = merged(spans_of(reduced, origin));
+  const double hidden = overlap(busy, comms), t = total(comms);
+  say("all_reduce busy %s, of which %s (%.0f%%) while the compute stream was busy",
+      us(Micros(t)).c_str(), us(Micros(hidden)).c_str(), t > 0 ? 100 * hidden / t : 0.0);
+  const std::vector<float> v = last.to(ev::Device::cpu()).to_vector<float>();
+  say("the last step's average over %d rank(s): %.1f", comm.size(), v.front());
+  check(v.front() == static_cast<float>(kSteps), "the all_reduce's average must be the step's value");
+  // The rule, checked: each all_reduce started after its gradients' event.
+  for (int i = 0; i < kSteps; ++i) {
+    const Interval r = spans_of({reduced[static_cast<std::size_t>(i)]}, origin).front();
+    const Interval c = spans_of({computed[static_cast<std::size_t>(i)]}, origin).front();
+    check(r.start >= c.end - 1.0, "an all_reduce must start after its step's compute");
+  }
+}
+
 struct Scenario {
   const char* title;
   const char* source;  // which point of the tutorial (docs/TUTORIAL.md) it shows
@@ -763,6 +826,8 @@ const Scenario kScenarios[] = {
     {"Wait for the first of several: wait_any", "beyond the tutorial", wait_any_event},
     {"A UserEvent gates a stream", "beyond the tutorial", user_event_gate},
     {"Two streams overlap, joined by events", "beyond the tutorial", two_streams},
+    {"Gradients all-reduced while the next step computes", "beyond the tutorial",
+     all_reduce_overlaps_compute},
 };
 
 // What went wrong, with the cause of an OpError.
