@@ -163,6 +163,11 @@ struct Issue {
                            std::initializer_list<rt::TensorState*> writes, Call call) {
     Chain& chain = comm.chain_of(transport);
     std::lock_guard lock(chain.mu);
+    // (Again under the chain's lock, which finalize() takes to end the communicator: nothing
+    // is issued after it has started to drain the chain.)
+    if (comm.ended.load(std::memory_order_acquire)) {
+      throw StateError(op + ": the communicator has been finalized");
+    }
     rt::LaunchOptions options;
     options.after = chain.last;
     options.must_issue = true;
@@ -511,7 +516,10 @@ bool finalize(std::chrono::nanoseconds timeout) {
   p.finalized = true;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool clean = true;
-  for (auto& s : p.all) s->ended.store(true, std::memory_order_release);
+  for (auto& s : p.all) {
+    std::scoped_lock chains(s->cpu_chain.mu, s->gpu_chain.mu);
+    s->ended.store(true, std::memory_order_release);
+  }
   for (auto& s : p.all) {
     clean = drained(s->cpu_chain, deadline) && clean;
     clean = drained(s->gpu_chain, deadline) && clean;
