@@ -246,6 +246,32 @@ TEST(MultiGpuTest, AStreamOfTheSecondGpuWaitsOnTheGpuForAnEventOfTheFirst) {
   });
 }
 
+// As PyTorch's multi-GPU event tests check: an event of one GPU is polled and waited for
+// whatever device the calling thread has current (cudaSetDevice), and ops on cuda:1 land on
+// cuda:1 while cuda:0 is current.
+TEST(MultiGpuTest, EventsAndOpsDoNotDependOnTheThreadsCurrentDevice) {
+  REQUIRE_TWO_GPUS();
+  run_with_deadline([] {
+    ev::Stream s1(kGpu1);
+    DeviceWords w1(kGpu1);
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    ev::Event e1 = spin_on(s1, 50'000'000, w1.p);
+    EXPECT_EQ(e1.device(), kGpu1);
+    EXPECT_FALSE(e1.poll());
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);  // deliberately the other device
+    e1.wait();
+    EXPECT_TRUE(e1.poll());
+    EXPECT_NE(w1.read()[1], 0u);
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    ev::Tensor t = ev::full({8}, 4.0, ev::DType::f32, kGpu1);
+    EXPECT_EQ(t.device(), kGpu1);
+    EXPECT_EQ(t.to_vector<float>(), std::vector<float>(8, 4.0f));
+    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+    ev::Tensor u = ev::full({8}, 5.0, ev::DType::f32, kGpu0);
+    EXPECT_EQ(u.to_vector<float>(), std::vector<float>(8, 5.0f));
+  });
+}
+
 TEST(MultiGpuTest, SynchronizeWaitsForEveryGpu) {
   REQUIRE_TWO_GPUS();
   run_with_deadline([] {
