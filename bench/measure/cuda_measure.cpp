@@ -607,6 +607,15 @@ Compared cross_device_wait(Device a, Device b, int rounds, int pingpongs) {
     ev::Stream s_a(a), s_b(b);
     auto h_a = static_cast<cudaStream_t>(s_a.native_handle());
     auto h_b = static_cast<cudaStream_t>(s_b.native_handle());
+    // Every kernel once on each device first (`hold` runs on `a` only), its gate open: with CUDA's lazy loading, a
+    // kernel's first launch loads it, which must not happen while `hold` spins.
+    s_a.enqueue("warm up", [=] {
+      kernels::hold(gate, v, nullptr, h_a);
+      kernels::spin(0, st_a, h_a);
+    });
+    s_b.enqueue("warm up", [=] { kernels::spin(0, st_b, h_b); });
+    s_a.synchronize();
+    s_b.synchronize();
     for (int r = 0; r < rounds; ++r) {
       ++v;
       s_a.enqueue("hold", [=] { kernels::hold(gate, v, nullptr, h_a); });
