@@ -213,7 +213,7 @@ def test_callbacks_wait_any_and_asyncio_over_events_of_both_gpus():
 def test_the_profile_and_its_trace_show_both_gpus():
     s1 = ev.Stream(G1)
     with ev.profile() as prof:
-        e0 = busy(G0, n=1024, rounds=2)
+        e0 = busy(G0, rounds=2)  # still running when cuda:1 waits for it
         s1.wait(e0)
         with s1:
             y = ev.ones(1024, device=G1)
