@@ -40,6 +40,12 @@ if want test; then
   note "ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
   "$build/tests/cpp/cuda_test" > "$out/cuda_test.log" 2>&1
   note "cuda_test: $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_test.log" | tr '\n' ' ')"
+  # Two GPUs in one process (issue 14): skipped, saying so, on a machine with one.
+  "$build/tests/cpp/multi_gpu_test" > "$out/multi_gpu_test.log" 2>&1
+  note "multi_gpu_test: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/multi_gpu_test.log" | tr '\n' ' ')"
+  PYTHONPATH="$build/python" "$py" -m pytest tests/python/test_multi_gpu.py -q -rs -p no:cacheprovider \
+    > "$out/pytest_multi_gpu.log" 2>&1
+  note "pytest test_multi_gpu.py: $(tail -1 "$out/pytest_multi_gpu.log")"
   "$build/tools/eventide" info > "$out/demo.log" 2>&1
   "$build/tools/eventide" demo >> "$out/demo.log" 2>&1
   note "demo on $(sed -n 's/^default device: \([^ ]*\).*/\1/p' "$out/demo.log"): $(tail -1 "$out/demo.log")"
@@ -55,6 +61,9 @@ if want bench; then
   # (The JSON stays in the build folder: the device tool brings back 8 files at most.)
   "$build/bench/eventide_bench_cuda" --out="$build/bench_cuda.json" > "$out/bench_cuda.md" 2>&1
   note "bench cuda: $(grep 'Goals met' "$out/bench_cuda.md")"
+  # Cross-device stream waits beside cudaStreamWaitEvent (two GPUs; says it skips otherwise).
+  "$build/bench/eventide_bench_multi_gpu" > "$out/bench_multi_gpu.md" 2>&1
+  note "bench multi-gpu: $(grep -E 'one-way|skipped' "$out/bench_multi_gpu.md" | tr '\n' ' ')"
   PYTHONPATH="$build/python" "$py" bench/python_bench.py --device cuda:0 \
     --json "$build/bench_python.json" --md "$out/bench_python.md" > /dev/null 2>&1
   note "bench python: $(grep -c '| yes |' "$out/bench_python.md") goals met, $(grep -c 'no\*\*' "$out/bench_python.md") missed"

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cuda_kernels.hpp"
 #include "measure.hpp"
@@ -585,6 +586,94 @@ MatmulResult matmul(Device gpu, DType dtype, bool tf32, int n, int trials) {
   // Best of the alternating trials: the GPU's clock moves with its power draw, and the best
   // trial of each is the one least slowed by that.
   return {*std::max_element(ours.begin(), ours.end()), *std::max_element(theirs.begin(), theirs.end())};
+}
+
+Compared cross_device_wait(Device a, Device b, int rounds, int pingpongs) {
+  if (a == b) throw std::invalid_argument("cross_device_wait: needs two different GPUs");
+  Pinned p;  // the gate: host-written, read by a kernel on `a`
+  use_device(a);
+  std::uint64_t* gate = p.device_ptr(0);
+  DeviceMemory stamps_a(2 * sizeof(unsigned long long));
+  use_device(b);
+  DeviceMemory stamps_b(2 * sizeof(unsigned long long));
+  auto* st_a = static_cast<unsigned long long*>(stamps_a.p);
+  auto* st_b = static_cast<unsigned long long*>(stamps_b.p);
+  const double waits = 2.0 * pingpongs;
+  std::uint64_t v = p.at(0);
+  Compared c;
+
+  // eventide: ops on a stream of each GPU, each stream waiting for the other's last event.
+  {
+    ev::Stream s_a(a), s_b(b);
+    auto h_a = static_cast<cudaStream_t>(s_a.native_handle());
+    auto h_b = static_cast<cudaStream_t>(s_b.native_handle());
+    // Every kernel once on each device first (`hold` runs on `a` only), its gate open: with CUDA's lazy loading, a
+    // kernel's first launch loads it, which must not happen while `hold` spins.
+    s_a.enqueue("warm up", [=] {
+      kernels::hold(gate, v, nullptr, h_a);
+      kernels::spin(0, st_a, h_a);
+    });
+    s_b.enqueue("warm up", [=] { kernels::spin(0, st_b, h_b); });
+    s_a.synchronize();
+    s_b.synchronize();
+    for (int r = 0; r < rounds; ++r) {
+      ++v;
+      s_a.enqueue("hold", [=] { kernels::hold(gate, v, nullptr, h_a); });
+      settle();
+      ev::Event start = s_a.record_event();
+      for (int i = 0; i < pingpongs; ++i) {
+        ev::Event ping = s_a.enqueue("ping", [=] { kernels::spin(0, st_a, h_a); });
+        s_b.wait(ping);
+        ev::Event pong = s_b.enqueue("pong", [=] { kernels::spin(0, st_b, h_b); });
+        s_a.wait(pong);
+      }
+      ev::Event end = s_a.record_event();
+      p.at(0) = v;  // open the gate: the whole chain runs on the GPUs now
+      end.wait();
+      c.ours.push_back(start.elapsed_time(end).count() * 1e6 / waits);
+    }
+  }
+
+  // Raw CUDA: the same chain with cudaEventRecord + cudaStreamWaitEvent, timed by a CUDA event
+  // pair on `a`.
+  {
+    use_device(a);
+    RawStream r_a;
+    RawEvent t0, t1;
+    std::vector<std::unique_ptr<RawEvent>> pings, pongs;
+    for (int i = 0; i < pingpongs; ++i) pings.push_back(std::make_unique<RawEvent>(cudaEventDisableTiming));
+    use_device(b);
+    RawStream r_b;
+    for (int i = 0; i < pingpongs; ++i) pongs.push_back(std::make_unique<RawEvent>(cudaEventDisableTiming));
+    for (int r = 0; r < rounds; ++r) {
+      ++v;
+      use_device(a);
+      kernels::hold(gate, v, nullptr, r_a.s);
+      settle();
+      EVENTIDE_BENCH_CHECK(cudaEventRecord(t0.e, r_a.s));
+      for (int i = 0; i < pingpongs; ++i) {
+        use_device(a);
+        kernels::spin(0, st_a, r_a.s);
+        EVENTIDE_BENCH_CHECK(cudaEventRecord(pings[i]->e, r_a.s));
+        use_device(b);
+        EVENTIDE_BENCH_CHECK(cudaStreamWaitEvent(r_b.s, pings[i]->e, 0));
+        kernels::spin(0, st_b, r_b.s);
+        EVENTIDE_BENCH_CHECK(cudaEventRecord(pongs[i]->e, r_b.s));
+        use_device(a);
+        EVENTIDE_BENCH_CHECK(cudaStreamWaitEvent(r_a.s, pongs[i]->e, 0));
+      }
+      EVENTIDE_BENCH_CHECK(cudaEventRecord(t1.e, r_a.s));
+      p.at(0) = v;
+      EVENTIDE_BENCH_CHECK(cudaEventSynchronize(t1.e));
+      float ms = 0;
+      EVENTIDE_BENCH_CHECK(cudaEventElapsedTime(&ms, t0.e, t1.e));
+      c.anchor.push_back(static_cast<double>(ms) * 1e6 / waits);
+    }
+    use_device(b);
+    EVENTIDE_BENCH_CHECK(cudaStreamSynchronize(r_b.s));
+    use_device(a);
+  }
+  return c;
 }
 
 }  // namespace eventide::bench::cuda

@@ -62,6 +62,15 @@ Compared gate_op_callback(Device gpu, int rounds);
 // for a CUDA event pair around the kernel; anchor2: the kernel's own durations.
 Compared timing_error(Device gpu, int rounds);
 
+// Cross-device stream waits (issue 14): a ping-pong of `pingpongs` round trips between a
+// stream of `a` and one of `b`, each side a tiny kernel that the other side's stream waits
+// for, all held behind a GPU-side gate until enqueued. Per one-way wait (the chain's time /
+// 2 * pingpongs, GPU time of `a` from the gate's opening to the chain's end): ours, eventide
+// streams and events (Stream::wait on the other device's op, elapsed_time between markers);
+// anchor, cudaEventRecord + cudaStreamWaitEvent on raw streams, timed by a CUDA event pair.
+// Both devices must be available and different (std::invalid_argument otherwise).
+Compared cross_device_wait(Device a, Device b, int rounds, int pingpongs);
+
 // matmul + record + wait / cublasLtMatmul called directly (same heuristic, same memory),
 // alternating trials, best trial of each, in TFLOP/s.
 struct MatmulResult {

@@ -105,6 +105,30 @@ struct ProfiledRange {
   double start_us = 0, end_us = 0;
 };
 
+// Who this process is among the processes of one job (the ranks of an `mpirun`), as its
+// profiles say in their Chrome traces, so that `eventide trace merge` can put the traces of
+// every rank into one, on one clock (README.md, "Traces of several processes").
+struct ProcessLabel {
+  int rank = -1;      // this process's rank; -1: not one rank of a job (the default)
+  int size = 0;       // how many ranks the job has; 0: unknown
+  std::string host;   // the machine's name; empty: the host name (gethostname) when the
+                      // trace is written
+  // Add this to a time of this process's steady clock (std::chrono::steady_clock, what the
+  // profile's times are read from) to get the job's reference clock (rank 0's, say):
+  // reference_ns = steady_ns + clock_offset_ns. 0 when unknown, and between processes of
+  // one machine, which share the steady clock.
+  std::int64_t clock_offset_ns = 0;
+};
+
+// Sets this process's label, for the profiles taken from now on (each takes it when it is
+// stopped). Meant to be called once, early, by whatever knows the rank (a launcher's
+// environment, an MPI or NCCL init such as ev.distributed's init()), and again when a better
+// clock offset is measured. InvalidArgument for a rank below -1, a negative size, or a rank
+// not below a known size. Thread-safe; never blocks on device work.
+void set_process_label(ProcessLabel label);
+// The label set last (a default ProcessLabel if none was).
+ProcessLabel process_label();
+
 class Profile {
  public:
   Profile() = default;
@@ -116,16 +140,24 @@ class Profile {
   const std::vector<ProfiledRange>& ranges() const noexcept { return ranges_; }
   // From the profiler's start to when stop() had every time: every time above is within it.
   double duration_us() const noexcept { return duration_us_; }
+  // When the profiler started, on this process's steady clock (ns since its epoch): the
+  // origin of every time above. Traces of several processes are aligned by it (with each
+  // process's clock offset).
+  std::int64_t start_ns() const noexcept { return start_ns_; }
+  // The process's label when the profile was taken (set_process_label).
+  const ProcessLabel& process_label() const noexcept { return label_; }
   // "<Profile: 12 ops on 2 streams, 3 records, 1 host wait, 0 callbacks, 1.25 ms>" (and
   // ", 2 ranges" before the duration when there are user ranges).
   std::string str() const;
 
   // The Trace Event Format (JSON) that Perfetto and chrome://tracing load: a process per
-  // device with a track per stream, ops as complete events, the dependencies of waits and
+  // device with a track per stream (named "rank 2 · cuda:0" when the process has a rank), ops as complete events, the dependencies of waits and
   // ops on other streams as flow arrows, event records as instant marks where their op ends;
   // host waits and callbacks in a "host" process, a track per thread; user ranges there too,
   // as complete events (category "range") on a track per thread ("ranges · thread 1"), nested
-  // as they were. The export_ functions
+  // as they were. Its "otherData" says who wrote it and on which clock: "producer",
+  // "duration_us", "clock" ("steady"), "start_ns", "clock_offset_ns", "host", "os_pid", and
+  // "rank" and "size" where known (`eventide trace merge` reads them). The export_ functions
   // throw Error naming the path if the file cannot be written.
   std::string chrome_trace() const;
   void export_chrome_trace(const std::string& path) const;
@@ -144,6 +176,8 @@ class Profile {
   std::vector<ProfiledCallback> callbacks_;
   std::vector<ProfiledRange> ranges_;
   double duration_us_ = 0;
+  std::int64_t start_ns_ = 0;
+  ProcessLabel label_;
 };
 
 class Profiler {

@@ -171,10 +171,23 @@ class Profile:
         """User ranges (ev.range), in the order they began: name, thread, start_us, end_us."""
     @property
     def duration_us(self) -> float: ...
+    @property
+    def start_ns(self) -> int:
+        """The profile's start on this process's steady clock (ns): the origin of its times."""
+    @property
+    def process_label(self) -> dict[str, Any]:
+        """The process's label when the profile was taken: rank, size, host, clock_offset_ns."""
     def chrome_trace(self) -> str: ...
     def export_chrome_trace(self, path: Union[str, os.PathLike[str]]) -> None: ...
     def timeline_html(self) -> str: ...
     def export_timeline(self, path: Union[str, os.PathLike[str]]) -> None: ...
+
+def set_process_label(*, rank: Optional[int] = None, size: Optional[int] = None,
+                      host: Optional[str] = None, clock_offset_ns: int = 0) -> None:
+    """Say which rank of a job this process is (and the job's size, the host, and the offset
+    from its steady clock to the job's reference clock), for its profiles' Chrome traces."""
+def process_label() -> dict[str, Any]:
+    """The label set last: rank, size, host, clock_offset_ns (None where not set)."""
 
 class Profiler:
     """Records from its creation until stop(); one at a time per process."""

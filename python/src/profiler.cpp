@@ -87,9 +87,40 @@ std::string to_path(const py::object& path) {
   return py::str(py::module_::import("os").attr("fspath")(path)).cast<std::string>();
 }
 
+// A ProcessLabel as Python sees it: None for what is not known.
+py::dict label_dict(const ProcessLabel& l) {
+  return py::dict("rank"_a = l.rank >= 0 ? py::object(py::int_(l.rank)) : py::none(),
+                  "size"_a = l.size > 0 ? py::object(py::int_(l.size)) : py::none(),
+                  "host"_a = l.host.empty() ? py::object(py::none()) : py::object(py::str(l.host)),
+                  "clock_offset_ns"_a = l.clock_offset_ns);
+}
+
 }  // namespace
 
 void bind_profiler(py::module_& m) {
+  m.def("set_process_label",
+        [](const py::object& rank, const py::object& size, const py::object& host,
+           std::int64_t clock_offset_ns) {
+          ProcessLabel l;
+          if (!rank.is_none()) l.rank = rank.cast<int>();
+          if (!size.is_none()) l.size = size.cast<int>();
+          if (!host.is_none()) l.host = host.cast<std::string>();
+          l.clock_offset_ns = clock_offset_ns;
+          set_process_label(std::move(l));
+        },
+        py::kw_only(), "rank"_a = py::none(), "size"_a = py::none(), "host"_a = py::none(),
+        "clock_offset_ns"_a = 0,
+        "Say who this process is among the processes of one job, for its profiles' Chrome traces "
+        "(from the next profile taken): its rank and the job's size (None: not part of a job / "
+        "unknown), the host's name (None: the machine's own), and clock_offset_ns, what to add to "
+        "this process's steady clock to read the job's reference clock (0: unknown, or processes "
+        "of one machine). `eventide trace merge` puts the traces of all ranks on that clock. "
+        "Replaces the whole label. InvalidArgumentError for a negative rank or size, or a rank "
+        "not below the size.");
+  m.def("process_label", []() { return label_dict(process_label()); },
+        "The label set last by set_process_label, as a dict: rank, size, host, clock_offset_ns "
+        "(None where not set).");
+
   py::class_<Profile>(m, "Profile",
                       "What a profiler recorded: ops, event records, host waits, callbacks. Times "
                       "are microseconds from the profile's start, on the host's clock.")
@@ -105,6 +136,13 @@ void bind_profiler(py::module_& m) {
                              "start_us, end_us.")
       .def_property_readonly("duration_us", &Profile::duration_us,
                              "Microseconds from the profile's start to its end (float).")
+      .def_property_readonly("start_ns", &Profile::start_ns,
+                             "When the profile started, on this process's steady clock (ns since its "
+                             "epoch, as time.monotonic_ns on Linux): the origin of its times.")
+      .def_property_readonly("process_label",
+                             [](const Profile& p) { return label_dict(p.process_label()); },
+                             "The process's label when the profile was taken (ev.set_process_label), "
+                             "as a dict: rank, size, host, clock_offset_ns.")
       .def("chrome_trace", &Profile::chrome_trace, py::call_guard<py::gil_scoped_release>(),
            "The Chrome trace (JSON text) that Perfetto and chrome://tracing load.")
       .def("export_chrome_trace",

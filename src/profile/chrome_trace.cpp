@@ -22,6 +22,8 @@
 #include <map>
 #include <memory>
 
+#include <unistd.h>
+
 #include "eventide/runtime.hpp"
 #include "profile/json.hpp"
 #include "profile/layout.hpp"
@@ -36,6 +38,13 @@ using profile::Layout;
 constexpr std::int64_t kMinSliceNs = 2;
 
 double us(std::int64_t ns) { return static_cast<double>(ns) / 1000.0; }
+
+// The machine's name, for a label that does not give one; empty if it has none.
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return {};
+  return buf;
+}
 
 struct Slice {
   std::int64_t start_ns = 0, end_ns = 0;
@@ -268,12 +277,16 @@ class TraceWriter {
       first = false;
       out += ev.dump();
     };
+    const ProcessLabel& label = p_.process_label();
+    // "rank 2 · cuda:0": in a trace merged with other ranks' (or opened beside them) each
+    // process says which rank it belongs to.
+    const std::string prefix = label.rank >= 0 ? "rank " + std::to_string(label.rank) + " · " : "";
     for (std::size_t i = 0; i < processes_.size(); ++i) {
       const auto& [pid, name] = processes_[i];
       emit(Json::object({{"ph", "M"},
                          {"name", "process_name"},
                          {"pid", pid},
-                         {"args", Json::object({{"name", name}})}}));
+                         {"args", Json::object({{"name", prefix + name}})}}));
       emit(Json::object({{"ph", "M"},
                          {"name", "process_sort_index"},
                          {"pid", pid},
@@ -302,9 +315,17 @@ class TraceWriter {
     for (const Json& ev : unfinished_) emit(ev);
     for (const Json& ev : flows_) emit(ev);
     out += "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":";
-    out += Json::object({{"producer", "eventide " + std::string(version())},
-                         {"duration_us", p_.duration_us()}})
-               .dump();
+    // Who wrote it, and on which clock: what `eventide trace merge` aligns traces by.
+    Json other = Json::object({{"producer", "eventide " + std::string(version())},
+                               {"duration_us", p_.duration_us()},
+                               {"clock", "steady"},
+                               {"start_ns", p_.start_ns()},
+                               {"clock_offset_ns", label.clock_offset_ns},
+                               {"host", label.host.empty() ? host_name() : label.host},
+                               {"os_pid", static_cast<std::int64_t>(getpid())}});
+    if (label.rank >= 0) other["rank"] = label.rank;
+    if (label.size > 0) other["size"] = label.size;
+    out += other.dump();
     out += "}\n";
     return out;
   }

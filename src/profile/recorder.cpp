@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "core/event_state.hpp"
@@ -357,6 +358,8 @@ Profile ProfilerState::stop(std::chrono::nanoseconds timeout,
 
   Profile p;
   p.duration_us_ = static_cast<double>(end_ns - start_ns_) / 1e3;
+  p.start_ns_ = start_ns_;
+  p.label_ = ::eventide::process_label();
   auto us = [&](std::int64_t ns) { return static_cast<double>(ns - start_ns_) / 1e3; };
   // A device's clock converted to the host's is off by its calibration (a microsecond or
   // so): a time outside the profile can only be that, and is brought inside.
@@ -499,6 +502,36 @@ Range::~Range() {
 }
 
 // --- Profiler ----------------------------------------------------------------------------
+
+namespace {
+
+// The process's label (set_process_label): set rarely, read once per profile.
+std::mutex g_label_mu;
+ProcessLabel g_label;
+
+}  // namespace
+
+void set_process_label(ProcessLabel label) {
+  if (label.rank < -1) {
+    throw InvalidArgument("set_process_label: rank " + std::to_string(label.rank) +
+                          " is negative (-1 means no rank)");
+  }
+  if (label.size < 0) {
+    throw InvalidArgument("set_process_label: size " + std::to_string(label.size) +
+                          " is negative (0 means unknown)");
+  }
+  if (label.size > 0 && label.rank >= label.size) {
+    throw InvalidArgument("set_process_label: rank " + std::to_string(label.rank) +
+                          " is not below the size " + std::to_string(label.size));
+  }
+  std::lock_guard lock(g_label_mu);
+  g_label = std::move(label);
+}
+
+ProcessLabel process_label() {
+  std::lock_guard lock(g_label_mu);
+  return g_label;
+}
 
 Profiler::Profiler() : state_(std::make_shared<detail::ProfilerState>()) { state_->start(); }
 

@@ -206,6 +206,44 @@ TEST(FakeBackendTest, CopiesBetweenDevicesGoThroughHostMemoryInOrder) {
   });
 }
 
+// An event belongs to one device (GUARANTEES.md, "Several devices"): tying work of a second
+// device is an InvalidArgument naming both, and changes nothing; elapsed_time between two
+// devices' events is refused rather than comparing two clocks. What spans devices is a list
+// of events (wait_all, wait_any) or a stream's waits on each. (multi_gpu_test checks the same
+// on two GPUs.)
+TEST(FakeBackendTest, AnEventBelongsToOneDeviceAndTheErrorNamesBoth) {
+  run_with_deadline([] {
+    ev::Stream a(kFake0), b(kFake1);
+    ev::Event on0 = a.enqueue("on 0", [] {});
+    ev::Event on1 = b.enqueue("on 1", [] {});
+    ev::Tensor t1 = ev::from_host(std::vector<float>{1, 2}, {2}, kFake1);
+    ev::Event e;
+    e.record(a);
+    EXPECT_THROW_MSG(e.record(b), ev::InvalidArgument, "of fake:1 on an event of fake:0",
+                     "one event per device");
+    EXPECT_THROW_MSG(e.record(t1), ev::InvalidArgument, "of fake:1 on an event of fake:0");
+    EXPECT_EQ(e.device(), kFake0);
+    EXPECT_NE(e.str().find(", 1 op>"), std::string::npos) << e.str();
+    ev::Event bound(kFake1);
+    EXPECT_THROW_MSG(bound.record(a), ev::InvalidArgument, "of fake:0 on an event of fake:1");
+    // Together: a list of events, or a stream that waits on each.
+    ev::Stream c(kFake1);
+    c.wait(on0);
+    c.wait(on1);
+    ev::Event both = c.enqueue("after both", [] {});
+    fake::run(b);
+    fake::run(c);
+    EXPECT_FALSE(both.poll()) << "still waits for fake:0";
+    EXPECT_EQ(ev::wait_any({on0, on1}, 5s), std::optional<std::size_t>(1));
+    fake::run(a);
+    fake::run(c);
+    EXPECT_TRUE(ev::wait_all_for({on0, on1, both, e}, 5s));
+    EXPECT_THROW_MSG(on0.elapsed_time(on1), ev::InvalidArgument,
+                     "different devices (fake:0, fake:1)", "clocks");
+    fake::run(ev::Stream::current(kFake1));  // t1's upload
+  });
+}
+
 // Last: the failure of fake:1 is sticky for the rest of the process.
 TEST(FakeBackendTest, AStickyDeviceErrorFailsEverythingAndSynchronizeRaisesIt) {
   run_with_deadline([] {

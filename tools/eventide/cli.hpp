@@ -59,4 +59,16 @@ inline constexpr const char* kDefaultBenchDir = "eventide-bench";
 // chart of that run (kExitFailed if it cannot be read or is not a bench.json).
 int run_bench(const BenchOptions& options);
 
+struct TraceMergeOptions {
+  std::string output;
+  std::vector<std::string> inputs;  // Chrome traces of eventide's profiler, one per rank
+};
+
+// Merges the Chrome traces of several processes of one job (one per rank) into one, on one
+// clock, their processes renumbered and sorted by rank (trace.cpp says how). kExitOk when
+// written; kExitFailed, naming the file, for an input that cannot be read, is not JSON, is
+// not a trace of eventide's profiler, or has the rank of another input, or an output that
+// cannot be written.
+int run_trace_merge(const TraceMergeOptions& options);
+
 }  // namespace eventide::cli

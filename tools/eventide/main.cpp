@@ -191,6 +191,24 @@ int main(int argc, char** argv) {
                 "a whisker to the p99.\nGoals missed are reported in the table, not in the exit "
                 "status.");
 
+  // trace merge
+  cli::TraceMergeOptions merge_options;
+  CLI::App* trace = app.add_subcommand("trace", "work with Chrome traces of eventide's profiler");
+  trace->require_subcommand(1);
+  CLI::App* merge = trace->add_subcommand(
+      "merge", "merge the traces of several processes of one job (one per rank, e.g. under mpirun) "
+               "into one trace on one clock, each rank's processes renumbered and sorted by rank");
+  merge->add_option("output", merge_options.output, "the merged trace to write")
+      ->required()
+      ->type_name("OUT.json");
+  merge->add_option("inputs", merge_options.inputs,
+                    "the traces to merge (Profile.export_chrome_trace, one per rank)")
+      ->required()
+      ->type_name("IN.json");
+  merge->footer("Each trace is shifted by its clock offset (ev::set_process_label; 0 for processes of "
+                "one machine,\nwhich share the steady clock). A trace without a rank takes its "
+                "place in the list as its rank.");
+
   CLI::App* info = app.add_subcommand("info", "list the devices, the default device and the version");
   CLI::App* version_command = app.add_subcommand("version", "print the version");
   std::optional<std::string> help_topic;
@@ -222,6 +240,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < argc; ++i) bench_options.command_line += (i ? " " : "") + std::string(argv[i]);
       return cli::run_bench(bench_options);
     }
+    if (merge->parsed()) return cli::run_trace_merge(merge_options);
     if (info->parsed()) return cli::run_info();
     if (version_command->parsed()) {
       std::printf("%s\n", version.c_str());

@@ -1,0 +1,188 @@
+// `eventide trace merge OUT IN...`: the Chrome traces of several processes of one job (one
+// per rank, each written by Profile::export_chrome_trace) as one trace on one clock.
+//
+// Each input must be eventide's (its "otherData" has "start_ns", the profile's start on the
+// writer's steady clock, and "clock_offset_ns", from that clock to the job's reference clock:
+// ProcessLabel). Its events are shifted so that every time is on the reference clock, from the
+// earliest input's start; its processes are renumbered after those of the ranks before it
+// (inputs sorted by rank), named "rank R · ..." and sorted by rank; its flow ids are
+// renumbered so that arrows of different ranks never join. An input without a rank takes its
+// position on the command line as its rank (two processes profiled without a label); two
+// inputs of one rank are an error.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+
+namespace eventide::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct Input {
+  std::string path;
+  json trace;
+  int rank = -1;
+  bool rank_given = false;
+  std::int64_t origin_ns = 0;  // the profile's start on the reference clock
+};
+
+// Why `path` cannot be merged, in a sentence that names it.
+[[noreturn]] void fail(const std::string& path, const std::string& why) {
+  throw std::runtime_error(path + ": " + why);
+}
+
+Input read_input(const std::string& path, int position) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  Input input;
+  input.path = path;
+  try {
+    input.trace = json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    fail(path, std::string("not JSON (") + e.what() + ")");
+  }
+  if (!input.trace.is_object() || !input.trace.contains("traceEvents") ||
+      !input.trace["traceEvents"].is_array()) {
+    fail(path, "not a Chrome trace (no \"traceEvents\" array)");
+  }
+  const json* other = input.trace.contains("otherData") ? &input.trace["otherData"] : nullptr;
+  if (!other || !other->is_object() || !other->contains("start_ns") ||
+      !(*other)["start_ns"].is_number_integer()) {
+    fail(path, "not a trace of eventide's profiler (its \"otherData\" has no \"start_ns\"), so its "
+               "clock is unknown: profile with eventide 0.2 or later, or leave it out");
+  }
+  std::int64_t offset = 0;
+  if (other->contains("clock_offset_ns")) {
+    if (!(*other)["clock_offset_ns"].is_number_integer()) fail(path, "\"clock_offset_ns\" is not an integer");
+    offset = (*other)["clock_offset_ns"].get<std::int64_t>();
+  }
+  input.origin_ns = (*other)["start_ns"].get<std::int64_t>() + offset;
+  if (other->contains("rank")) {
+    if (!(*other)["rank"].is_number_integer() || (*other)["rank"].get<int>() < 0) {
+      fail(path, "\"rank\" is not a rank");
+    }
+    input.rank = (*other)["rank"].get<int>();
+    input.rank_given = true;
+  } else {
+    input.rank = position;
+  }
+  return input;
+}
+
+}  // namespace
+
+int run_trace_merge(const TraceMergeOptions& options) {
+  std::vector<Input> inputs;
+  try {
+    for (std::size_t i = 0; i < options.inputs.size(); ++i) {
+      inputs.push_back(read_input(options.inputs[i], static_cast<int>(i)));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "eventide trace merge: %s\n", e.what());
+    return kExitFailed;
+  }
+  std::stable_sort(inputs.begin(), inputs.end(),
+                   [](const Input& a, const Input& b) { return a.rank < b.rank; });
+  for (std::size_t i = 1; i < inputs.size(); ++i) {
+    if (inputs[i].rank == inputs[i - 1].rank) {
+      auto how = [](const Input& in) {
+        return in.rank_given ? std::string(" (its label)") : std::string(" (its place in the list: it has no rank)");
+      };
+      std::fprintf(stderr, "eventide trace merge: %s and %s are both rank %d%s%s: one trace per rank\n",
+                   inputs[i - 1].path.c_str(), inputs[i].path.c_str(), inputs[i].rank,
+                   how(inputs[i - 1]).c_str(), how(inputs[i]).c_str());
+      return kExitFailed;
+    }
+  }
+  std::int64_t t0 = inputs.front().origin_ns;
+  for (const Input& in : inputs) t0 = std::min(t0, in.origin_ns);
+
+  json events = json::array();
+  json ranks = json::array();
+  int next_pid = 0;
+  std::uint64_t next_flow_base = 0;
+  for (std::size_t r = 0; r < inputs.size(); ++r) {
+    Input& in = inputs[r];
+    const double shift_us = static_cast<double>(in.origin_ns - t0) / 1e3;
+    const std::string prefix = "rank " + std::to_string(in.rank) + " · ";
+    std::map<std::int64_t, int> pids;  // the input's pid -> the merged trace's
+    auto pid_of = [&](const json& pid) {
+      const std::int64_t key = pid.is_number_integer() ? pid.get<std::int64_t>() : 0;
+      auto [it, added] = pids.try_emplace(key, 0);
+      if (added) it->second = ++next_pid;
+      return it->second;
+    };
+    std::uint64_t max_flow = 0;
+    for (json ev : in.trace["traceEvents"]) {
+      if (!ev.is_object()) continue;
+      if (ev.contains("pid")) ev["pid"] = pid_of(ev["pid"]);
+      if (ev.contains("ts") && ev["ts"].is_number()) ev["ts"] = ev["ts"].get<double>() + shift_us;
+      const std::string ph = ev.value("ph", "");
+      if ((ph == "s" || ph == "t" || ph == "f") && ev.contains("id") && ev["id"].is_number_unsigned()) {
+        const std::uint64_t id = ev["id"].get<std::uint64_t>();
+        max_flow = std::max(max_flow, id);
+        ev["id"] = next_flow_base + id;
+      }
+      if (ph == "M" && ev.value("name", "") == "process_name" && ev.contains("args") &&
+          ev["args"].is_object() && ev["args"].contains("name") && ev["args"]["name"].is_string()) {
+        const std::string name = ev["args"]["name"].get<std::string>();
+        if (name.rfind(prefix, 0) != 0) ev["args"]["name"] = prefix + name;
+      }
+      if (ph == "M" && ev.value("name", "") == "process_sort_index" && ev.contains("args") &&
+          ev["args"].is_object()) {
+        // By rank first, then as the rank's trace had them.
+        const int within = ev["args"].value("sort_index", 0);
+        ev["args"]["sort_index"] = static_cast<int>(r) * 1000 + within;
+      }
+      events.push_back(std::move(ev));
+    }
+    next_flow_base += max_flow;
+    json rank = in.trace["otherData"];
+    rank["rank"] = in.rank;
+    rank["file"] = in.path;
+    rank["shift_us"] = shift_us;
+    std::vector<int> merged_pids;
+    for (const auto& [from, to] : pids) merged_pids.push_back(to);
+    std::sort(merged_pids.begin(), merged_pids.end());
+    rank["pids"] = merged_pids;
+    ranks.push_back(std::move(rank));
+  }
+
+  // One event a line, as the profiler writes them.
+  std::string out = "{\"traceEvents\":[\n";
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (i) out += ",\n";
+    out += events[i].dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  json other = {{"producer", "eventide " + std::string(version()) + " trace merge"},
+                {"clock", "reference"},
+                {"start_ns", t0},
+                {"ranks", std::move(ranks)}};
+  out += "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":";
+  out += other.dump(-1, ' ', false, json::error_handler_t::replace);
+  out += "}\n";
+  std::ofstream file(options.output, std::ios::binary | std::ios::trunc);
+  if (!file || !(file << out) || !file.flush()) {
+    std::fprintf(stderr, "eventide trace merge: cannot write %s\n", options.output.c_str());
+    return kExitFailed;
+  }
+  std::printf("merged %zu traces (ranks", inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) std::printf("%s%d", i ? ", " : " ", inputs[i].rank);
+  std::printf(") into %s: %zu events, %d processes\n", options.output.c_str(), events.size(), next_pid);
+  return kExitOk;
+}
+
+}  // namespace eventide::cli
