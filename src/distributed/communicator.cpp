@@ -28,6 +28,7 @@
 #include "distributed/transport.hpp"
 #include "eventide/distributed.hpp"
 #include "eventide/errors.hpp"
+#include "eventide/profiler.hpp"
 #include "eventide/stream.hpp"
 #if EVENTIDE_WITH_MPI
 #include "distributed/mpi.hpp"
@@ -439,6 +440,13 @@ Communicator init(InitOptions options) {
 #endif
   }
   s->clock_offset_ns = p.world->measure_clock_offset();
+  // Profiles taken from now on name this process by its rank and carry its clock offset, so
+  // that `eventide trace merge` puts the ranks' traces on one clock.
+  ProcessLabel label;
+  label.rank = s->rank;
+  label.size = s->size;
+  label.clock_offset_ns = s->clock_offset_ns;
+  set_process_label(std::move(label));
   p.main = s;
   p.all.push_back(s);
   detail::register_exit_hook(p);

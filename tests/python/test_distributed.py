@@ -55,6 +55,42 @@ def test_every_rank_passes_the_workers_checks(ranks):
         assert f"rank {rank} of {ranks}: ok" in r.stdout, out[-4000:]
 
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "python" / "overlap_allreduce.py"
+
+
+def _cli() -> Path:
+    if os.environ.get("EVENTIDE_CLI"):
+        return Path(os.environ["EVENTIDE_CLI"])
+    return Path(ev.__file__).resolve().parents[2] / "tools" / "eventide"
+
+
+@needs_mpi
+@needs_mpirun
+@pytest.mark.time_limit(180)
+def test_the_overlap_example_writes_a_trace_per_rank_that_merge_puts_on_one_clock(tmp_path):
+    env = mpi_env()
+    env["TMPDIR"] = str(tmp_path)  # where the example writes its traces
+    r = subprocess.run([MPIRUN, "-np", "2", sys.executable, str(EXAMPLE)], env=env,
+                       capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert "rank 0 of 2" in r.stdout and "rank 1 of 2" in r.stdout and "hidden behind compute" in r.stdout
+    traces = sorted(tmp_path.glob("eventide_overlap_rank*.json"))
+    assert [t.name for t in traces] == ["eventide_overlap_rank0.json", "eventide_overlap_rank1.json"]
+    cli = _cli()
+    if not cli.exists():
+        pytest.skip(f"the eventide program is not built ({cli})")
+    merged = tmp_path / "merged.json"
+    m = subprocess.run([str(cli), "trace", "merge", str(merged), *map(str, traces)],
+                       capture_output=True, text=True, timeout=60)
+    assert m.returncode == 0, m.stdout + m.stderr
+    import json
+    data = json.loads(merged.read_text())
+    names = {e["args"]["name"] for e in data["traceEvents"] if e.get("ph") == "M" and e.get("name") == "process_name"}
+    assert any(n.startswith("rank 0") for n in names) and any(n.startswith("rank 1") for n in names), names
+    reduces = [e for e in data["traceEvents"] if e.get("name") == "all_reduce" and e.get("ph") == "X"]
+    assert len({e["pid"] for e in reduces}) == 2, "both ranks' all_reduces are in the merged trace"
+
+
 SINGLE = r"""
 import eventide as ev, numpy as np
 comm = ev.distributed.init(device="cpu")

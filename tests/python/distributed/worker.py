@@ -24,6 +24,9 @@ on = "cpu" if os.environ.get("EVENTIDE_DEVICE", "cpu") == "cpu" else comm.device
 assert ev.distributed.init() == comm
 assert ev.distributed.is_initialized()
 assert comm.transport("cpu") == "mpi"
+label = ev.process_label()  # init names the process by its rank, for its traces
+assert (label["rank"], label["size"]) == (rank, size), label
+assert label["clock_offset_ns"] == comm.clock_offset_ns
 
 
 def host(t: ev.Tensor) -> np.ndarray:
