@@ -8,6 +8,7 @@
 //   fast_paths.cpp    plain CPython entry points for the calls made in tight loops
 //   profiler.cpp      Profiler and Profile
 //   benchmark.cpp     ev.benchmark and BenchmarkResult
+//   ipc.cpp           events across processes: export_event, import_event, ExportedEvent
 //   module.cpp        the module: the classes above, device and runtime functions, exit
 //
 // The extension uses eventide's public API only (include/eventide): behaviour that exists in
@@ -91,5 +92,8 @@ void bind_profiler(py::module_& m);
 
 // --- benchmark.cpp ---
 void bind_benchmark(py::module_& m);
+
+// --- ipc.cpp ---
+void bind_ipc(py::module_& m);
 
 }  // namespace eventide::python
