@@ -122,8 +122,19 @@ int child_import_wait(const std::string& handle, const std::string& device, cons
   return 0;
 }
 
+// Exports an event and exits normally without dropping the export (leaked on purpose): the
+// exit handler removes the name.
+int child_export_and_exit() {
+  static ev::UserEvent gate;
+  auto* x = new ev::ipc::ExportedEvent(ev::ipc::export_event(gate));
+  say(x->handle());
+  read_command();
+  std::exit(0);
+}
+
 int child_main(int argc, char** argv) {
   std::string role = argc > 2 ? argv[2] : "";
+  if (role == "export-and-exit") return child_export_and_exit();
   if (role == "export-gated" && argc > 3) return child_export_gated(argv[3]);
   if (role == "import-wait" && argc > 5) return child_import_wait(argv[3], argv[4], argv[5]);
   std::fprintf(stderr, "ipc_test: unknown child role '%s'\n", role.c_str());
@@ -375,6 +386,20 @@ TEST(ipc_process, ImportOfADeadExporterFails) {
     EXPECT_EQ(e.status(), ev::EventStatus::failed);
     // The importer removed the dead exporter's name.
     EXPECT_THROW_MSG(ev::ipc::import_event(handle), ev::InvalidArgument, "no exported event");
+  });
+}
+
+TEST(ipc_process, ExitRemovesTheExportersNames) {
+  run_with_deadline([] {
+    Child c({"export-and-exit"});
+    std::string handle = c.line();
+    ev::Event e = ev::ipc::import_event(handle);  // while it lives
+    c.send("exit");
+    EXPECT_EQ(c.join(), 0);
+    EXPECT_THROW_MSG(ev::ipc::import_event(handle), ev::InvalidArgument, "no exported event");
+    // The import made before fails (its exporter is gone without finishing it).
+    EXPECT_TRUE(ends_within(e, 20s));
+    EXPECT_EQ(e.status(), ev::EventStatus::failed);
   });
 }
 
