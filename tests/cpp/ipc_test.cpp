@@ -100,8 +100,16 @@ int child_export_gated(const std::string& device) {
 
 // Imports `handle` and waits for it on the host (or, for "stream", on a stream of `device`
 // then the host); says "ok" or "error: <what>".
-int child_import_wait(const std::string& handle, const std::string& device, const std::string& how) {
+// `handle` "-": starts its device first (the runtime, CUDA), says "ready", then reads the handle
+// from stdin, so that the parent can start timed work only once the child is quick to answer.
+int child_import_wait(std::string handle, const std::string& device, const std::string& how) {
   try {
+    if (handle == "-") {
+      ev::Stream warm{ev::Device(device)};
+      warm.record_event().wait();
+      say("ready");
+      handle = read_command();
+    }
     ev::Event e = ev::ipc::import_event(handle, ev::Device(device));
     say(e.poll() ? "done-at-import" : "pending-at-import");
     if (how == "stream") {
@@ -566,15 +574,41 @@ TEST(ipc_gpu, ChildGpuStreamWaitsForOurKernel) {
   REQUIRE_GPU();
   run_with_deadline([] {
 #if EVENTIDE_IPC_TEST_CUDA
+    Child c({"import-wait", "-", "cuda:0", "stream"});
+    ASSERT_EQ(c.line(), "ready");  // its CUDA context is up: it answers quickly from now on
     ev::Stream s(kGpu);
     unsigned long long* stamps = nullptr;
     cudaMalloc(&stamps, 2 * sizeof(unsigned long long));
-    ev::Event spin = spin_on(s, 3'000'000'000, stamps);  // 3 s: longer than the child's start
-    auto x = ev::ipc::export_event(spin);
+    ev::Event spin = spin_on(s, 2'000'000'000, stamps);  // 2 s on the GPU
+    auto x = ev::ipc::export_event(spin);  // recorded on the GPU before it returns
     EXPECT_TRUE(x.native());
-    Child c({"import-wait", x.handle(), "cuda:0", "stream"});
+    c.send(x.handle());
     EXPECT_EQ(c.line(), "pending-at-import");
     // The child's stream waited for our spin on the GPU: it is over when the child says so.
+    EXPECT_EQ(c.line(), "stream-passed");
+    EXPECT_TRUE(spin.poll()) << "the child's stream went on before our kernel had finished";
+    EXPECT_EQ(c.line(), "ok");
+    EXPECT_EQ(c.join(), 0);
+    spin.wait();
+    cudaFree(stamps);
+#endif
+  });
+}
+
+TEST(ipc_gpu, ChildGpuStreamWaitsForOurKernelHeldBehindAUserEvent) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+#if EVENTIDE_IPC_TEST_CUDA
+    ev::UserEvent gate;
+    ev::Stream s(kGpu);
+    s.wait(gate);
+    unsigned long long* stamps = nullptr;
+    cudaMalloc(&stamps, 2 * sizeof(unsigned long long));
+    ev::Event spin = spin_on(s, 300'000'000, stamps);  // held until the gate is set
+    auto x = ev::ipc::export_event(spin);  // the record is made when the spin is launched
+    Child c({"import-wait", x.handle(), "cuda:0", "stream"});
+    EXPECT_EQ(c.line(), "pending-at-import");
+    gate.set();
     EXPECT_EQ(c.line(), "stream-passed");
     EXPECT_TRUE(spin.poll()) << "the child's stream went on before our kernel had finished";
     EXPECT_EQ(c.line(), "ok");
