@@ -327,6 +327,41 @@ TEST(ipc, CallbacksAndWaitAnyWork) {
   });
 }
 
+// How many blocks this process has mapped.
+int mapped_blocks() {
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return -1;
+  int n = 0;
+  char line[4096];
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strstr(line, "/dev/shm/eventide.")) ++n;
+  }
+  std::fclose(f);
+  return n;
+}
+
+TEST(ipc, ManyImportsAtOnceAndNothingLeftMapped) {
+  run_with_deadline([] {
+    {
+      // More than one futex_waitv call takes (128 words): the rest are looked at in turns.
+      constexpr int kCount = 300;
+      std::vector<ev::UserEvent> gates(kCount);
+      std::vector<ev::ipc::ExportedEvent> exports;
+      std::vector<ev::Event> imports;
+      for (auto& g : gates) exports.push_back(ev::ipc::export_event(g));
+      for (auto& x : exports) imports.push_back(ev::ipc::import_event(x.handle()));
+      EXPECT_FALSE(ev::wait_all_for(imports, 20ms));
+      for (int i = kCount - 1; i >= 0; --i) gates[i].set();  // the last watched first
+      EXPECT_TRUE(ev::wait_all_for(imports, 30s));
+    }
+    // Every export dropped, every import finished: the watcher and the callbacks let go of
+    // their mappings (soon: on their own threads).
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (mapped_blocks() != 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+    EXPECT_EQ(mapped_blocks(), 0);
+  });
+}
+
 // --- across processes: the child exports ----------------------------------------------------
 
 TEST(ipc_process, HostWaitForWorkFinishingLater) {
