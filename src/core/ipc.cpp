@@ -21,9 +21,11 @@
 //
 // The watcher (one thread per process, started at the first import) waits on every watched
 // state word at once (futex_waitv; where the kernel lacks it, it polls, backing off to 2 ms),
-// finishes the gates and verdicts, and every ~100 ms checks that the exporters still live
-// (/proc/<pid>/stat: a zombie or a reused pid counts as dead). It holds no runtime lock; the
-// Works it finishes fire their listeners inline, as UserEvent::set does.
+// finishes the gates and verdicts, and every ~100 ms checks that the exporters still live:
+// by the exporter's liveness lock on its block (lock_held: the kernel lets go of it when the
+// process ends, whatever the PID namespace), else, where the kernel lacks such locks, by its
+// pid (/proc/<pid>/stat: a zombie or a reused pid counts as dead). It holds no runtime lock;
+// the Works it finishes fire their listeners inline, as UserEvent::set does.
 #include "eventide/ipc.hpp"
 
 #include <fcntl.h>
@@ -45,6 +47,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <random>
 #include <set>
 #include <span>
@@ -173,6 +177,31 @@ ProcStat proc_stat(pid_t pid) noexcept {
   return out;
 }
 
+// The exporter's liveness lock: an open-file-description lock (F_OFD_SETLK) on the block's
+// first byte, held through the exporter's own descriptor while its word is not final. It goes
+// when the process ends however it ends (a zombie holds none), is not the process's pid (so
+// it means the same in another PID namespace), and a child of fork() lets go of its copy
+// (after_fork_in_child below). Whether someone holds it: nullopt where the kernel lacks OFD
+// locks (Linux before 3.15).
+std::optional<bool> lock_held(int fd) noexcept {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 1;
+  if (::fcntl(fd, F_OFD_GETLK, &fl) != 0) return std::nullopt;
+  return fl.l_type != F_UNLCK;
+}
+
+bool take_lock(int fd) noexcept {
+  struct flock fl {};
+  fl.l_type = F_RDLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 1;
+  return ::fcntl(fd, F_OFD_SETLK, &fl) == 0;
+}
+
 bool process_alive(pid_t pid, std::uint64_t start_time) noexcept {
   ProcStat st = proc_stat(pid);
   if (st.read) {
@@ -187,12 +216,22 @@ bool process_alive(pid_t pid, std::uint64_t start_time) noexcept {
 struct OwnedNames {
   std::mutex mu;
   std::set<std::string> names;
+  std::set<int> lock_fds;  // the liveness locks' descriptors (ExportState::lock_fd)
   pid_t pid = 0;
 };
 
 OwnedNames& owned_names() {
   static OwnedNames* names = [] {
     auto* n = new OwnedNames;  // never freed: used by the exit handler
+    // fork(): the child closes its copies of the liveness locks' descriptors, so that the
+    // locks go when the exporter goes, not when its last child does.
+    ::pthread_atfork([] { owned_names().mu.lock(); }, [] { owned_names().mu.unlock(); },
+                     [] {
+                       OwnedNames& o = owned_names();
+                       for (int fd : o.lock_fds) ::close(fd);
+                       o.lock_fds.clear();
+                       o.mu.unlock();
+                     });
     std::atexit([] {
       OwnedNames& o = owned_names();
       std::lock_guard lock(o.mu);
@@ -265,7 +304,13 @@ void settle(Work& w, std::exception_ptr error) noexcept {
 // --- the importing side --------------------------------------------------------------------
 
 struct Import {
+  ~Import() { close_lock_fd(); }
+  void close_lock_fd() noexcept {
+    if (lock_fd >= 0) ::close(lock_fd);
+    lock_fd = -1;
+  }
   std::shared_ptr<Mapping> map;
+  int lock_fd = -1;  // the block, open, to look at the exporter's liveness lock (watcher only)
   std::string name;    // the block's
   std::string handle;  // for messages
   pid_t pid = 0;
@@ -335,7 +380,8 @@ class Watcher {
       }
     } else if (now >= imp.next_liveness) {
       imp.next_liveness = now + kLivenessPeriod;
-      if (!process_alive(imp.pid, imp.start_time)) {
+      std::optional<bool> held = imp.lock_fd >= 0 ? lock_held(imp.lock_fd) : std::nullopt;
+      if (held ? !*held : !process_alive(imp.pid, imp.start_time)) {
         // Look again: it may have set the word just before it exited.
         if (b.state.load(std::memory_order_acquire) & kFinal) return visit(imp, now);
         final = true;
@@ -348,6 +394,7 @@ class Watcher {
       }
     }
     if (final) {
+      imp.close_lock_fd();
       if (!imp.gate_done) settle(*imp.gate, error);
       imp.gate_done = true;
       settle(*imp.verdict, std::move(error));
@@ -451,9 +498,21 @@ namespace detail {
 // What the export's completion callback and its record op share: the mapping and the native
 // event, alive until both have run and every ExportedEvent copy is gone.
 struct ExportState {
+  ~ExportState() { release_lock(); }
   std::shared_ptr<Mapping> map;
   pid_t pid = 0;  // the exporter's: a forked child neither writes nor removes anything
   std::unique_ptr<IpcNativeEvent> native;
+  // The liveness lock's descriptor, held while the word is not final (-1 after).
+  std::atomic<int> lock_fd{-1};
+
+  void release_lock() noexcept {
+    int fd = lock_fd.exchange(-1);
+    if (fd < 0) return;
+    OwnedNames& o = owned_names();
+    std::lock_guard lock(o.mu);
+    // In a forked child the handler has closed it already (and the number may be another's).
+    if (o.lock_fds.erase(fd) > 0 && ::getpid() == pid) ::close(fd);
+  }
 
   void publish(std::uint32_t bits) const noexcept {
     if (::getpid() != pid) return;
@@ -461,18 +520,20 @@ struct ExportState {
     b.state.fetch_or(bits, std::memory_order_release);
     futex_wake_all(&b.state);
   }
-  void publish_final(const std::exception_ptr& error) const noexcept {
+  void publish_final(const std::exception_ptr& error) noexcept {
+    if (::getpid() != pid) return;
     if (!error) {
       publish(kDone);
+      release_lock();  // the word says it all from here on
       return;
     }
-    if (::getpid() != pid) return;
     Block& b = map->block();
     const char* text = eventide::detail::error_what(error);
     const std::size_t n = std::min(std::strlen(text), sizeof b.error);
     std::memcpy(b.error, text, n);
     b.error_bytes = static_cast<std::uint32_t>(n);
     publish(kFailed);
+    release_lock();
   }
 };
 
@@ -553,13 +614,31 @@ ExportedEvent export_event(const Event& event) {
   }
   void* address = ::mmap(nullptr, sizeof(Block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int e = errno;
-  ::close(fd);
   if (address == MAP_FAILED) {
+    ::close(fd);
     throw Error("export_event: mmap of shared memory \"" + name + "\" failed: " + errno_text(e));
   }
+  ::close(fd);
   auto state = std::make_shared<detail::ExportState>();
   state->map = std::make_shared<Mapping>(address);
   state->pid = ::getpid();
+  // The liveness lock, on a descriptor of its own: a mapping holds the open file description
+  // it was made from, so a lock on that one would live on in a forked child's copy of the
+  // mapping after the exporter died.
+  fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd >= 0 && take_lock(fd)) {
+    OwnedNames& o = owned_names();
+    std::lock_guard lock(o.mu);
+    try {
+      o.lock_fds.insert(fd);
+      state->lock_fd.store(fd);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+  } else if (fd >= 0) {
+    ::close(fd);  // no OFD locks here: importers check the pid instead
+  }
   Block& b = state->map->block();  // zero-filled by ftruncate
   b.magic = kMagic;
   b.version = kVersion;
@@ -639,10 +718,16 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
   }
   void* address = ::mmap(nullptr, sizeof(Block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int e = errno;
-  ::close(fd);
   if (address == MAP_FAILED) {
+    ::close(fd);
     throw InvalidArgument("import_event: cannot map the block of '" + handle + "': " + errno_text(e));
   }
+  struct FdGuard {  // until the import holds it
+    int fd;
+    ~FdGuard() {
+      if (fd >= 0) ::close(fd);
+    }
+  } fd_guard{fd};
   auto map = std::make_shared<Mapping>(address);
   const Block& b = map->block();
   if (b.magic != kMagic) {
@@ -686,6 +771,7 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
 
   auto imp = std::make_shared<Import>();
   imp->map = map;
+  imp->lock_fd = std::exchange(fd_guard.fd, -1);
   imp->name = name;
   imp->handle = handle;
   imp->pid = b.pid;

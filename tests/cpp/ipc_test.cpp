@@ -140,8 +140,35 @@ int child_export_and_exit() {
   std::exit(0);
 }
 
+// Exports a gated event, then forks a grandchild that outlives us (it sleeps; its pid goes to
+// the parent), then obeys child_export_gated's commands: the exporter's liveness must not be
+// kept up by a forked child that has a copy of its descriptors.
+int child_export_fork(const std::string& device) {
+  ev::UserEvent gate;
+  ev::Stream s{ev::Device(device)};
+  s.wait(gate);
+  ev::Event work = s.record_event();
+  ev::ipc::ExportedEvent x = ev::ipc::export_event(work);
+  std::fflush(stdout);
+  pid_t grandchild = fork();
+  if (grandchild == 0) {
+    for (int i = 0; i < 600; ++i) ::usleep(100'000);  // up to a minute; the parent kills it
+    _exit(0);
+  }
+  say(x.handle());
+  say(std::to_string(grandchild));
+  for (;;) {
+    std::string cmd = read_command();
+    if (cmd == "die") _exit(3);
+    if (cmd == "set") gate.set();
+    else break;
+  }
+  return 0;
+}
+
 int child_main(int argc, char** argv) {
   std::string role = argc > 2 ? argv[2] : "";
+  if (role == "export-fork" && argc > 3) return child_export_fork(argv[3]);
   if (role == "export-and-exit") return child_export_and_exit();
   if (role == "export-gated" && argc > 3) return child_export_gated(argv[3]);
   if (role == "import-wait" && argc > 5) return child_import_wait(argv[3], argv[4], argv[5]);
@@ -327,6 +354,20 @@ TEST(ipc, CallbacksAndWaitAnyWork) {
   });
 }
 
+// How many descriptors of blocks this process has open.
+int open_block_fds() {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    char path[64], target[512];
+    std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t len = readlink(path, target, sizeof target - 1);
+    if (len <= 0) continue;
+    target[len] = '\0';
+    if (std::strstr(target, "/dev/shm/eventide.")) ++n;
+  }
+  return n;
+}
+
 // How many blocks this process has mapped.
 int mapped_blocks() {
   FILE* f = std::fopen("/proc/self/maps", "r");
@@ -357,8 +398,11 @@ TEST(ipc, ManyImportsAtOnceAndNothingLeftMapped) {
     // Every export dropped, every import finished: the watcher and the callbacks let go of
     // their mappings (soon: on their own threads).
     auto until = std::chrono::steady_clock::now() + 10s;
-    while (mapped_blocks() != 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+    while ((mapped_blocks() != 0 || open_block_fds() != 0) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(5ms);
+    }
     EXPECT_EQ(mapped_blocks(), 0);
+    EXPECT_EQ(open_block_fds(), 0);
   });
 }
 
@@ -429,6 +473,22 @@ TEST(ipc_process, ImportOfADeadExporterFails) {
     EXPECT_EQ(e.status(), ev::EventStatus::failed);
     // The importer removed the dead exporter's name.
     EXPECT_THROW_MSG(ev::ipc::import_event(handle), ev::InvalidArgument, "no exported event");
+  });
+}
+
+TEST(ipc_process, AForkedChildOfTheExporterDoesNotKeepItAlive) {
+  run_with_deadline([] {
+    Child c({"export-fork", "cpu"});
+    std::string handle = c.line();
+    pid_t grandchild = static_cast<pid_t>(std::stol(c.line()));
+    ev::Event e = ev::ipc::import_event(handle);
+    EXPECT_FALSE(e.wait_for(50ms));
+    c.send("die");
+    EXPECT_TRUE(ends_within(e, 20s));
+    EXPECT_EQ(e.status(), ev::EventStatus::failed);
+    EXPECT_NE(error_text(e).find("exited or was killed"), std::string::npos) << error_text(e);
+    EXPECT_EQ(c.join(), 3);
+    ::kill(grandchild, SIGKILL);  // reparented: init reaps it
   });
 }
 
