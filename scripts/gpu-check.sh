@@ -40,6 +40,10 @@ if want test; then
   note "ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
   "$build/tests/cpp/cuda_test" > "$out/cuda_test.log" 2>&1
   note "cuda_test: $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_test.log" | tr '\n' ' ')"
+  # Events across processes, the GPU path: a stream in one process waits on the GPU for a kernel
+  # of another (the test spawns itself as the other process).
+  "$build/tests/cpp/ipc_test" > "$out/ipc_test.log" 2>&1
+  note "ipc_test: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/ipc_test.log" | tr '\n' ' ')"
   "$build/tools/eventide" info > "$out/demo.log" 2>&1
   "$build/tools/eventide" demo >> "$out/demo.log" 2>&1
   note "demo on $(sed -n 's/^default device: \([^ ]*\).*/\1/p' "$out/demo.log"): $(tail -1 "$out/demo.log")"
