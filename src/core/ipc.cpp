@@ -95,6 +95,8 @@ struct Block {
   char device[32];           // the exporter's event's device ("cuda:0"; "" for host work)
   std::uint32_t native_bytes;
   std::uint32_t error_bytes;
+  std::uint32_t liveness_lock;  // 1: the exporter holds the liveness lock (else: check the pid)
+  std::uint32_t reserved;
   unsigned char native[eventide::detail::kIpcNativeHandleBytes];
   char error[4096];
 };
@@ -380,7 +382,8 @@ class Watcher {
       }
     } else if (now >= imp.next_liveness) {
       imp.next_liveness = now + kLivenessPeriod;
-      std::optional<bool> held = imp.lock_fd >= 0 ? lock_held(imp.lock_fd) : std::nullopt;
+      std::optional<bool> held =
+          imp.lock_fd >= 0 && b.liveness_lock == 1 ? lock_held(imp.lock_fd) : std::nullopt;
       if (held ? !*held : !process_alive(imp.pid, imp.start_time)) {
         // Look again: it may have set the word just before it exited.
         if (b.state.load(std::memory_order_acquire) & kFinal) return visit(imp, now);
@@ -636,6 +639,7 @@ ExportedEvent export_event(const Event& event) {
       ::close(fd);
       throw;
     }
+    state->map->block().liveness_lock = 1;
   } else if (fd >= 0) {
     ::close(fd);  // no OFD locks here: importers check the pid instead
   }
