@@ -46,6 +46,10 @@ if want test; then
   PYTHONPATH="$build/python" "$py" -m pytest tests/python/test_multi_gpu.py -q -rs -p no:cacheprovider \
     > "$out/pytest_multi_gpu.log" 2>&1
   note "pytest test_multi_gpu.py: $(tail -1 "$out/pytest_multi_gpu.log")"
+  # Events across processes, the GPU path: a stream in one process waits on the GPU for a kernel
+  # of another (the test spawns itself as the other process).
+  "$build/tests/cpp/ipc_test" > "$out/ipc_test.log" 2>&1
+  note "ipc_test: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/ipc_test.log" | tr '\n' ' ')"
   "$build/tools/eventide" info > "$out/demo.log" 2>&1
   "$build/tools/eventide" demo >> "$out/demo.log" 2>&1
   note "demo on $(sed -n 's/^default device: \([^ ]*\).*/\1/p' "$out/demo.log"): $(tail -1 "$out/demo.log")"

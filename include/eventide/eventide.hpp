@@ -19,6 +19,7 @@
 #include "eventide/benchmark.hpp"
 #include "eventide/event.hpp"
 #include "eventide/distributed.hpp"
+#include "eventide/ipc.hpp"
 #include "eventide/profiler.hpp"
 #include "eventide/runtime.hpp"
 #include "eventide/stream.hpp"

@@ -9,6 +9,7 @@
 //   profiler.cpp      Profiler and Profile
 //   benchmark.cpp     ev.benchmark and BenchmarkResult
 //   distributed.cpp   the communicator (eventide.distributed's _distributed submodule)
+//   ipc.cpp           events across processes: export_event, import_event, ExportedEvent
 //   module.cpp        the module: the classes above, device and runtime functions, exit
 //
 // The extension uses eventide's public API only (include/eventide): behaviour that exists in
@@ -95,5 +96,7 @@ void bind_benchmark(py::module_& m);
 
 // --- distributed.cpp ---
 void bind_distributed(py::module_& m);
+// --- ipc.cpp ---
+void bind_ipc(py::module_& m);
 
 }  // namespace eventide::python

@@ -35,6 +35,23 @@ namespace eventide::detail {
 class StreamState;
 class Storage;
 
+// A native event shared between processes (eventide/ipc.hpp's GPU path): on CUDA, an event
+// made with cudaEventInterprocess, or one opened from another process's handle. Destroyed
+// (closed) with this object.
+class IpcNativeEvent {
+ public:
+  virtual ~IpcNativeEvent() = default;
+  // The bytes another process opens it by (DeviceBackend::open_ipc_event); at most
+  // kIpcNativeHandleBytes.
+  virtual std::span<const std::byte> handle() const noexcept = 0;
+  // Called inside a Stream::enqueue body on a stream of this device (the device current),
+  // with its native stream: records the event there (the exporter), or makes the native stream
+  // wait on the GPU for the event's latest record (the importer). DeviceError on failure.
+  virtual void record_on(void* native_stream) = 0;
+  virtual void wait_on(void* native_stream) = 0;
+};
+inline constexpr std::size_t kIpcNativeHandleBytes = 64;
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -58,6 +75,16 @@ class DeviceBackend {
   // tensor copied from this device. DeviceError if it cannot.
   virtual Ref<Storage> allocate_host(std::size_t bytes) = 0;
   virtual ops::Kernels& kernels() = 0;
+  // Interprocess events (eventide/ipc.hpp). A new native event other processes can open;
+  // null where the device has none (its events cross processes by the host path alone).
+  // DeviceError if it cannot be made.
+  virtual std::unique_ptr<IpcNativeEvent> create_ipc_event() { return nullptr; }
+  // Opens the native event of another process from its handle() bytes; null where the device
+  // has no such events. DeviceError if the native call fails.
+  virtual std::unique_ptr<IpcNativeEvent> open_ipc_event(std::span<const std::byte> handle) {
+    (void)handle;
+    return nullptr;
+  }
   // fork() (see Runtime). Before it the device quiesces: host work stops starting, and the
   // caller waits until `deadline` for what runs (calls nest); with ForkLocks::hold
   // (pthread_atfork's prepare step) it also holds its locks until after the fork, so that the

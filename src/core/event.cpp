@@ -286,6 +286,7 @@ void EventState::clear_locked() {
   error_ = nullptr;
   records_ = 0;
   device_ = fixed_device_;
+  host_verdict_ = nullptr;
 }
 
 void EventState::reset() {
@@ -433,18 +434,35 @@ std::string EventState::str_locked() const {
   return out;
 }
 
-EventState::Snapshot EventState::snapshot() {
+EventState::Snapshot EventState::snapshot(bool for_stream) {
   Actions actions;
   RunOnExit run_actions{*this, actions};  // also if the copy below runs out of memory
   Snapshot snap;
+  const Work* skip = nullptr;
   {
     std::lock_guard lock(mu_);
     refresh_locked(actions);
     snap.status = status_.load(std::memory_order_relaxed);
     snap.pending = pending_;
     snap.error = error_;
+    if (for_stream) skip = host_verdict_.get();  // kept alive by snap.pending while pending
+  }
+  if (skip) {
+    // Streams order after the GPU-side part alone (record_host_verdict); the verdict's error
+    // is in snap.error once it has finished.
+    std::erase_if(snap.pending, [&](const Ref<Work>& w) { return w.get() == skip; });
   }
   return snap;
+}
+
+void EventState::record_host_verdict(Ref<Work> work) {
+  Work* w = work.get();
+  record(std::move(work), std::nullopt);
+  std::lock_guard lock(mu_);
+  // Only if it is still tied (a reset meanwhile would have dropped it).
+  for (const Ref<Work>& p : pending_) {
+    if (p.get() == w) host_verdict_ = p;
+  }
 }
 
 std::uint64_t EventState::observer_id() const noexcept {

@@ -61,6 +61,12 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // Ties the event to `work`, of `device` (nullopt for host work). InvalidArgument if the
   // event belongs to another device.
   void record(Ref<Work> work, std::optional<Device> device);
+  // Ties the event to host work `work` that streams do not wait for while it is pending
+  // (snapshot() leaves it out), only host waits, poll and callbacks: an imported event's
+  // verdict from another process (eventide/ipc.hpp), whose GPU-side ordering is a marker
+  // recorded beside it, so that a GPU stream's wait on it takes no host round trip. Once it
+  // has finished, its error counts for streams like any other.
+  void record_host_verdict(Ref<Work> work);
   // Ties the event to nothing on `device` (a tensor no op produced): finishes it if empty.
   void record_nothing(Device device);
   // InvalidArgument if work of `device` cannot be recorded on this event (it belongs to
@@ -115,13 +121,14 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // first call, so that an event nobody observes never takes one.
   std::uint64_t observer_id() const noexcept;
 
-  // What a stream waiting on this event must wait for.
+  // What a stream waiting on this event must wait for (`for_stream`), or all of its pending
+  // work (an export to another process: the host verdict of record_host_verdict too).
   struct Snapshot {
     EventStatus status;
     std::vector<Ref<Work>> pending;
     std::exception_ptr error;
   };
-  Snapshot snapshot();
+  Snapshot snapshot(bool for_stream = true);
 
   // Registers `parker` to be unparked when the event finishes; false (not registered) if it
   // has finished already.
@@ -254,6 +261,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
   Ref<Timeline> armed_timeline_;
   std::uint64_t armed_listen_id_ = 0;
   std::unique_ptr<UserTimeline> user_;  // a UserEvent's host timeline; null for an Event
+  Ref<Work> host_verdict_;  // record_host_verdict's work: left out of snapshot() while pending
   mutable std::atomic<std::uint64_t> observer_id_{0};
 };
 

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "backends/cuda/cuda_api.hpp"
+#include "backends/cuda/cuda_ipc.hpp"
 #include "backends/cuda/cuda_memory.hpp"
 #include "backends/cuda/cuda_ops.hpp"
 #include "backends/cuda/cuda_stream.hpp"
@@ -101,6 +102,16 @@ class CudaBackend final : public detail::DeviceBackend {
   Ref<Storage> allocate_host(std::size_t bytes) override { return allocate_pinned(bytes); }
 
   ops::Kernels& kernels() override { return *kernels_; }
+
+  std::unique_ptr<detail::IpcNativeEvent> create_ipc_event() override {
+    if (auto e = state_.broken()) std::rethrow_exception(e);
+    return cuda::create_ipc_event(device_);
+  }
+
+  std::unique_ptr<detail::IpcNativeEvent> open_ipc_event(std::span<const std::byte> handle) override {
+    if (auto e = state_.broken()) std::rethrow_exception(e);
+    return cuda::open_ipc_event(device_, handle);
+  }
 
   void shutdown(std::chrono::steady_clock::time_point deadline) noexcept override {
     state_.stop(deadline);
