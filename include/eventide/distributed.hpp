@@ -72,9 +72,10 @@ Capabilities capabilities();
 
 struct InitOptions {
   // The GPU whose tensors this rank's collectives carry (through NCCL). Default: where the
-  // process sees CUDA devices, cuda:(local rank modulo their number), the local rank being
-  // the rank among the job's processes on this machine; else none (CPU tensors only).
-  // Device::cpu() asks for no GPU.
+  // default device is a GPU (default_device(); EVENTIDE_DEVICE=cpu makes it the CPU),
+  // cuda:(local rank), the local rank being the rank among the job's processes on this
+  // machine (InvalidArgument if they outnumber its GPUs: NCCL needs one per rank); else none
+  // (CPU tensors only). Device::cpu() asks for no GPU.
   std::optional<Device> device;
 };
 

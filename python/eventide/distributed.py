@@ -40,8 +40,9 @@ def init(device: Any = None) -> Communicator:
 
     Starts MPI where nothing has (a program that started it, or mpi4py, is fine) and, for a
     GPU, makes the NCCL communicator (its id sent over MPI). ``device``: this rank's GPU;
-    default ``cuda:(local rank % GPUs)`` where there are GPUs, else ``cpu`` (MPI alone). Blocks
-    until every rank has called it; later calls return the same communicator.
+    default ``cuda:(local rank)`` where the default device is a GPU (InvalidArgumentError if
+    the machine's ranks outnumber its GPUs: NCCL needs one per rank), else ``cpu`` (MPI
+    alone). Blocks until every rank has called it; later calls return the same communicator.
 
     Raises EventStateError where eventide was built without MPI, DeviceError if MPI or NCCL
     fails, InvalidArgumentError for a device that is not available.

@@ -415,7 +415,7 @@ Communicator init(InitOptions options) {
     return Communicator(p.main);
   }
   rt::Runtime::get().check_running();
-  p.world = detail::MpiWorld::start();
+  if (!p.world) p.world = detail::MpiWorld::start();  // (kept if a later step refuses)
   auto s = std::make_shared<CommunicatorState>();
   s->rank = p.world->rank();
   s->size = p.world->size();
@@ -423,12 +423,20 @@ Communicator init(InitOptions options) {
   Device device = Device::cpu();
   if (options.device) {
     device = *options.device;
-  } else {
+  } else if (default_device().kind() == DeviceKind::cuda) {
+    // A GPU of its own per rank of this machine, as NCCL needs (it refuses two ranks on one).
     std::vector<Device> gpus;
     for (const Device& d : devices()) {
       if (d.kind() == DeviceKind::cuda) gpus.push_back(d);
     }
-    if (!gpus.empty()) device = gpus[static_cast<std::size_t>(p.world->local_rank()) % gpus.size()];
+    const auto local = static_cast<std::size_t>(p.world->local_size());
+    if (local > gpus.size()) {
+      throw InvalidArgument("distributed::init: " + std::to_string(local) + " ranks run on this machine and it has " +
+                            std::to_string(gpus.size()) + " CUDA device(s); NCCL needs a GPU of its own per rank: "
+                            "launch at most " + std::to_string(gpus.size()) + " rank(s) per machine, or pass "
+                            "device=cpu for CPU tensors alone (MPI)");
+    }
+    device = gpus[static_cast<std::size_t>(p.world->local_rank())];
   }
   s->device = device;
   if (!device.is_cpu()) {

@@ -159,3 +159,29 @@ def test_pytorchs_nccl_works_in_a_process_that_imported_eventide_first():
         pytest.skip("needs PyTorch with a CUDA GPU (run on the GPU machine)")
     r = subprocess.run([sys.executable, "-c", TORCH_NCCL], capture_output=True, text=True, timeout=100)
     assert r.returncode == 0 and "torch ok 4.0" in r.stdout, (r.stdout + r.stderr)[-3000:]
+
+
+MORE_RANKS_THAN_GPUS = r"""
+import eventide as ev
+try:
+    ev.distributed.init()
+except ev.InvalidArgumentError as e:
+    assert "NCCL needs a GPU of its own per rank" in str(e) and "device=cpu" in str(e), str(e)
+    print("refused", flush=True)
+else:
+    raise AssertionError("two ranks were given one GPU")
+"""
+
+
+@needs_mpi
+@needs_mpirun
+@pytest.mark.time_limit(120)
+def test_more_ranks_than_gpus_on_a_machine_is_refused_by_name():
+    gpus = [d for d in ev.devices() if str(d).startswith("cuda")]
+    if not CAPS["nccl"] or len(gpus) != 1:
+        pytest.skip("needs eventide with NCCL on a machine of exactly one GPU (the GPU machine)")
+    env = mpi_env()
+    env["EVENTIDE_DEVICE"] = "cuda"
+    r = subprocess.run([MPIRUN, "-np", "2", sys.executable, "-c", MORE_RANKS_THAN_GPUS], env=env,
+                       capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0 and r.stdout.count("refused") == 2, (r.stdout + r.stderr)[-3000:]
