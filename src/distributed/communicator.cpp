@@ -415,7 +415,10 @@ Communicator init(InitOptions options) {
     return Communicator(p.main);
   }
   rt::Runtime::get().check_running();
-  if (!p.world) p.world = detail::MpiWorld::start();  // (kept if a later step refuses)
+  if (!p.world) {
+    p.world = detail::MpiWorld::start();  // (kept if a later step refuses)
+    detail::register_exit_hook(p);        // which ends MPI at exit, also then
+  }
   auto s = std::make_shared<CommunicatorState>();
   s->rank = p.world->rank();
   s->size = p.world->size();
@@ -457,7 +460,6 @@ Communicator init(InitOptions options) {
   set_process_label(std::move(label));
   p.main = s;
   p.all.push_back(s);
-  detail::register_exit_hook(p);
   return Communicator(std::move(s));
 #endif
 }
