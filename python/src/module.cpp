@@ -5,6 +5,7 @@
 // (KeyboardInterrupt) ends it; Python callbacks run on the runtime's callback thread holding
 // the GIL only while they run, and an exception in one goes to sys.unraisablehook.
 #include "bindings.hpp"
+#include "eventide/distributed.hpp"
 #include "eventide/interop.hpp"
 
 namespace eventide::python {
@@ -67,7 +68,14 @@ PYBIND11_MODULE(_eventide, m) {
   // At interpreter exit (after non-daemon threads have finished): no runtime thread may touch
   // Python any more; then the runtime stops, with the GIL released so that a callback that is
   // running can finish.
+  // First the communicators end (eventide/distributed.hpp), while the runtime still runs the
+  // collectives already issued, so that every rank issues them: once it stops, queued work
+  // fails without running. (mpi4py's own exit step, should MPI be its, comes later.)
   py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    {
+      py::gil_scoped_release release;
+      distributed::finalize();
+    }
     mark_python_exiting();
     py::gil_scoped_release release;
     interop::shutdown();

@@ -103,6 +103,10 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // The native stream (cudaStream_t), null where there is none. A stream that has one may
   // carry work other code enqueued there, which only a marker covers.
   virtual void* native_handle() const noexcept { return nullptr; }
+  // Whether work enqueued here may be launched by another thread than the caller's (a held
+  // GPU op, by the watcher): false for a per-thread default stream, which is another stream
+  // on each thread.
+  virtual bool launches_from_any_thread() const noexcept { return true; }
 
  protected:
   // Whether the native stream has no work of its own left (other code's included); streams

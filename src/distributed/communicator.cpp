@@ -55,25 +55,39 @@ class CommunicatorState {
   int size = 1;
   Device device = Device::cpu();
   std::int64_t clock_offset_ns = 0;
-  Transport* cpu = nullptr;        // MPI's (the world owns it), or null
-  std::unique_ptr<Transport> gpu;  // NCCL's on `device`, or null
+  Transport* cpu = nullptr;  // MPI's (the world owns it, and frees its MPI objects only
+                             // once MPI may no longer be called), or null
   Chain cpu_chain;
   Chain gpu_chain;
   std::atomic<bool> ended{false};
 
-  // The transport of `on`'s tensors. InvalidArgument where there is none; StateError after
-  // finalize().
-  Transport& transport_for(Device on, const std::string& op) {
+  void set_gpu(std::shared_ptr<Transport> t) {
+    std::lock_guard lock(gpu_mu_);
+    gpu_ = std::move(t);
+  }
+  // NCCL's on `device`, or null (after finalize() too). Callers keep it while they use it.
+  std::shared_ptr<Transport> gpu() const {
+    std::lock_guard lock(gpu_mu_);
+    return gpu_;
+  }
+
+  // The transport of `on`'s tensors, kept alive by the pointer returned. InvalidArgument
+  // where there is none; StateError after finalize().
+  std::shared_ptr<Transport> transport_for(Device on, const std::string& op) {
     if (ended.load(std::memory_order_acquire)) {
       throw StateError(op + ": the communicator has been finalized");
     }
     if (on.is_cpu()) {
-      if (cpu) return *cpu;
+      if (cpu) return std::shared_ptr<Transport>(std::shared_ptr<Transport>(), cpu);  // (not owned)
       throw InvalidArgument(op + ": this communicator has no transport for cpu tensors (it was made "
                             "by init_local, which has no MPI); use init() under mpirun");
     }
-    if (gpu && on == device) return *gpu;
-    if (gpu) {
+    std::shared_ptr<Transport> g = gpu();
+    if (g && on == device) return g;
+    if (ended.load(std::memory_order_acquire)) {
+      throw StateError(op + ": the communicator has been finalized");
+    }
+    if (g) {
       throw InvalidArgument(op + ": the tensor is on " + on.str() + ", this rank's GPU is " +
                             device.str() + "; move it with .to(\"" + device.str() + "\")");
     }
@@ -81,6 +95,10 @@ class CommunicatorState {
                           "), so it cannot carry a tensor on " + on.str());
   }
   Chain& chain_of(const Transport& t) noexcept { return &t == cpu ? cpu_chain : gpu_chain; }
+
+ private:
+  mutable std::mutex gpu_mu_;
+  std::shared_ptr<Transport> gpu_;
 };
 
 namespace {
@@ -94,7 +112,8 @@ struct Process {
   std::shared_ptr<CommunicatorState> main;                  // init()'s
   std::vector<std::shared_ptr<CommunicatorState>> all;      // init()'s and init_local()'s
   bool exit_hook = false;
-  bool finalized = false;
+  bool finalized = false;  // finalize() was called: no communicator may be made or used
+  bool torn_down = false;  // ... and NCCL and MPI were ended (a later call retries until then)
 };
 
 Process& process() {
@@ -132,6 +151,7 @@ struct Issue {
   CommunicatorState& comm;
   std::string op;
   Device device;
+  std::shared_ptr<Transport> owner;  // keeps the transport while this call uses it
   Transport& transport;
   std::shared_ptr<rt::StreamState> stream;
 
@@ -139,8 +159,18 @@ struct Issue {
       : comm(c),
         op(std::move(name)),
         device(on),
-        transport(c.transport_for(on, op)),
-        stream((rt::Runtime::get().check_running(), rt::Runtime::get().current_stream(on))) {}
+        owner(c.transport_for(on, op)),
+        transport(*owner),
+        stream((rt::Runtime::get().check_running(), rt::Runtime::get().current_stream(on))) {
+    // A collective must be issued on every rank; one that eventide would have to launch from
+    // its own thread (held behind host-side work) could not be, on a stream that is another
+    // one on each thread.
+    if (!stream->launches_from_any_thread()) {
+      throw InvalidArgument(op + ": cannot be issued on " + stream->name() +
+                            ", a per-thread default stream: eventide may have to launch a collective "
+                            "from its own thread; use a stream of your own");
+    }
+  }
 
   void check_count(std::int64_t count) const {
     if (static_cast<std::uint64_t>(count) > transport.max_count()) {
@@ -247,13 +277,14 @@ std::int64_t Communicator::clock_offset_ns() const { return state_of(state_).clo
 std::string Communicator::transport(Device on) const {
   CommunicatorState& s = state_of(state_);
   if (on.is_cpu()) return s.cpu ? s.cpu->name() : "";
-  return s.gpu && on == s.device ? s.gpu->name() : "";
+  std::shared_ptr<Transport> g = s.gpu();
+  return g && on == s.device ? g->name() : "";
 }
 
 std::string Communicator::str() const {
   CommunicatorState& s = state_of(state_);
   std::string out = "Communicator(rank " + std::to_string(s.rank) + " of " + std::to_string(s.size);
-  if (s.gpu) out += ", " + s.device.str() + " " + s.gpu->name();
+  if (std::shared_ptr<Transport> g = s.gpu()) out += ", " + s.device.str() + " " + g->name();
   if (s.cpu) out += std::string(", cpu ") + s.cpu->name();
   if (s.ended.load()) out += ", finalized";
   return out + ")";
@@ -423,33 +454,46 @@ Communicator init(InitOptions options) {
   s->rank = p.world->rank();
   s->size = p.world->size();
   s->cpu = &p.world->transport();
+  // Every rank's choice of device, agreed: a rank that cannot start fails them all, rather
+  // than leave the others waiting in the next collective step of init.
   Device device = Device::cpu();
-  if (options.device) {
-    device = *options.device;
-  } else if (default_device().kind() == DeviceKind::cuda) {
-    // A GPU of its own per rank of this machine, as NCCL needs (it refuses two ranks on one).
-    std::vector<Device> gpus;
-    for (const Device& d : devices()) {
-      if (d.kind() == DeviceKind::cuda) gpus.push_back(d);
+  std::exception_ptr refused;
+  try {
+    if (options.device) {
+      device = *options.device;
+    } else if (default_device().kind() == DeviceKind::cuda) {
+      // A GPU of its own per rank of this machine, as NCCL needs (it refuses two ranks on one).
+      std::vector<Device> gpus;
+      for (const Device& d : devices()) {
+        if (d.kind() == DeviceKind::cuda) gpus.push_back(d);
+      }
+      const auto local = static_cast<std::size_t>(p.world->local_size());
+      if (local > gpus.size()) {
+        throw InvalidArgument("distributed::init: " + std::to_string(local) + " ranks run on this machine and it has " +
+                              std::to_string(gpus.size()) + " CUDA device(s); NCCL needs a GPU of its own per rank: "
+                              "launch at most " + std::to_string(gpus.size()) + " rank(s) per machine, or pass "
+                              "device=cpu for CPU tensors alone (MPI)");
+      }
+      device = gpus[static_cast<std::size_t>(p.world->local_rank())];
     }
-    const auto local = static_cast<std::size_t>(p.world->local_size());
-    if (local > gpus.size()) {
-      throw InvalidArgument("distributed::init: " + std::to_string(local) + " ranks run on this machine and it has " +
-                            std::to_string(gpus.size()) + " CUDA device(s); NCCL needs a GPU of its own per rank: "
-                            "launch at most " + std::to_string(gpus.size()) + " rank(s) per machine, or pass "
-                            "device=cpu for CPU tensors alone (MPI)");
+#if !EVENTIDE_WITH_NCCL
+    if (!device.is_cpu()) {
+      throw StateError("distributed::init: this build of eventide has no NCCL (EVENTIDE_WITH_NCCL), which "
+                       "collectives on " + device.str() + " need; pass device=cpu for MPI alone");
     }
-    device = gpus[static_cast<std::size_t>(p.world->local_rank())];
+#endif
+  } catch (...) {
+    refused = std::current_exception();
+  }
+  if (!p.world->all_agree(!refused)) {
+    if (refused) std::rethrow_exception(refused);
+    throw StateError("distributed::init: another rank could not start (its error says why); no "
+                     "communicator was made");
   }
   s->device = device;
-  if (!device.is_cpu()) {
 #if EVENTIDE_WITH_NCCL
-    s->gpu = detail::join_nccl(*p.world, device, s->rank, s->size);
-#else
-    throw StateError("distributed::init: this build of eventide has no NCCL (EVENTIDE_WITH_NCCL), which "
-                     "collectives on " + device.str() + " need; pass device=cpu for MPI alone");
+  if (!device.is_cpu()) s->set_gpu(detail::join_nccl(*p.world, device, s->rank, s->size));
 #endif
-  }
   s->clock_offset_ns = p.world->measure_clock_offset();
   // Profiles taken from now on name this process by its rank and carry its clock offset, so
   // that `eventide trace merge` puts the ranks' traces on one clock.
@@ -460,7 +504,11 @@ Communicator init(InitOptions options) {
   set_process_label(std::move(label));
   p.main = s;
   p.all.push_back(s);
-  return Communicator(std::move(s));
+  Communicator comm(std::move(s));
+  // Every rank has joined; on a GPU this also makes NCCL connect the ranks now, where a
+  // blocking connection cannot stall a stream or the device's watcher later.
+  comm.barrier().wait();
+  return comm;
 #endif
 }
 
@@ -500,7 +548,7 @@ std::vector<Communicator> init_local(const std::vector<Device>& devices) {
     s->rank = static_cast<int>(i);
     s->size = static_cast<int>(devices.size());
     s->device = devices[i];
-    s->gpu = std::move(transports[i]);
+    s->set_gpu(std::move(transports[i]));
     p.all.push_back(s);
     out.emplace_back(std::move(s));
   }
@@ -530,7 +578,7 @@ bool drained(Chain& chain, std::chrono::steady_clock::time_point deadline) {
 bool finalize(std::chrono::nanoseconds timeout) {
   auto& p = detail::process();
   std::lock_guard lock(p.mu);
-  if (p.finalized) return true;
+  if (p.torn_down) return true;
   p.finalized = true;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool clean = true;
@@ -550,10 +598,11 @@ bool finalize(std::chrono::nanoseconds timeout) {
                stderr);
     return false;
   }
-  for (auto& s : p.all) s->gpu.reset();
+  for (auto& s : p.all) s->set_gpu(nullptr);
 #if EVENTIDE_WITH_MPI
   if (p.world) p.world->finish();
 #endif
+  p.torn_down = true;
   return true;
 }
 

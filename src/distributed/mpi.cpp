@@ -294,11 +294,20 @@ class World final : public MpiWorld {
   }
 
   void finish() noexcept override {
-    transport_->free();
-    MPI_Comm_free(&comm_);
+    // The program (or mpi4py) may have ended MPI already: no MPI call is allowed then, not even
+    // a free.
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (started_ && !finalized) MPI_Finalize();
+    if (finalized) return;
+    transport_->free();
+    MPI_Comm_free(&comm_);
+    if (started_) MPI_Finalize();
+  }
+
+  bool all_agree(bool ok) override {
+    int mine = ok ? 1 : 0, all = 0;
+    check("MPI_Allreduce", MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm_));
+    return all == 1;
   }
 
  private:

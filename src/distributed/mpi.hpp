@@ -29,6 +29,9 @@ class MpiWorld {
   virtual int local_size() const noexcept = 0;
   // `bytes` at `data` from `root` to every rank (blocking).
   virtual void broadcast_bytes(void* data, std::size_t bytes, int root) = 0;
+  // Whether every rank says `ok` (blocking, collective): a step of init that fails on one
+  // rank fails on all, instead of leaving the others waiting in the next collective step.
+  virtual bool all_agree(bool ok) = 0;
   // Nanoseconds to add to this process's steady clock to read rank 0's: the offset of the
   // round trip (of several) that took least time, half of which bounds its error. Blocking,
   // collective.

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -74,15 +75,12 @@ class NcclTransport final : public Transport {
  public:
   NcclTransport(ncclComm_t comm, int device) : comm_(comm), device_(device) {}
   ~NcclTransport() override {
+    // (Called once every collective issued has finished: finalize() drains them first.)
+    // ncclCommDestroy alone, one communicator after the other, as for the communicators of
+    // ncclCommInitAll; one that fails to destroy is aborted.
     try {
       DeviceScope scope(device_);
-      // Flushes what was issued, then frees; a communicator that cannot finalize (a peer is
-      // gone) is aborted instead, so that process exit does not wait for it.
-      if (ncclCommFinalize(comm_) == ncclSuccess) {
-        ncclCommDestroy(comm_);
-      } else {
-        ncclCommAbort(comm_);
-      }
+      if (ncclCommDestroy(comm_) != ncclSuccess) ncclCommAbort(comm_);
     } catch (...) {
       ncclCommAbort(comm_);
     }
@@ -134,9 +132,15 @@ class NcclTransport final : public Transport {
 }  // namespace
 
 std::unique_ptr<Transport> join_nccl(MpiWorld& world, Device device, int rank, int size) {
-  ncclUniqueId id{};
-  if (rank == 0) check("ncclGetUniqueId", ncclGetUniqueId(&id));
-  world.broadcast_bytes(&id, sizeof id, 0);
+  // Rank 0's id, with whether it could make one: a failure there fails every rank.
+  struct {
+    std::int32_t status = ncclSuccess;
+    ncclUniqueId id{};
+  } start;
+  if (rank == 0) start.status = ncclGetUniqueId(&start.id);
+  world.broadcast_bytes(&start, sizeof start, 0);
+  check(rank == 0 ? "ncclGetUniqueId" : "ncclGetUniqueId (on rank 0)", static_cast<ncclResult_t>(start.status));
+  const ncclUniqueId& id = start.id;
   DeviceScope scope(device.index());
   ncclComm_t comm = nullptr;
   check("ncclCommInitRank", ncclCommInitRank(&comm, size, id, rank));

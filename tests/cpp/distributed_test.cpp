@@ -279,3 +279,13 @@ TEST(DistributedTest, BadArgumentsAreRefusedBeforeAnythingIsIssued) {
   // Every rank still agrees on what comes next.
   for (double v : read(c.all_reduce(filled(1, 2.0)))) EXPECT_EQ(v, 2.0 * c.size());
 }
+
+TEST(DistributedTest, APerThreadDefaultStreamIsRefusedForCollectives) {
+  if (on_cpu()) GTEST_SKIP() << "CUDA's per-thread default stream: run with EVENTIDE_DEVICE=cuda";
+  dist::Communicator c = comm();
+  // cudaStreamPerThread is the handle 0x2: another stream on each thread, so a collective
+  // eventide would have to launch from its own thread could not be issued there.
+  ev::Stream per_thread = ev::Stream::from_native(test_device(), reinterpret_cast<void*>(2));
+  ev::StreamGuard guard(per_thread);
+  EXPECT_THROW(c.all_reduce(filled(2, 1.0)), ev::InvalidArgument);
+}

@@ -113,6 +113,16 @@ refused(lambda: comm.recv((2,), src=1), ev.InvalidArgumentError, "not a rank")
 refused(lambda: comm.broadcast(t, root=1), ev.InvalidArgumentError, "not a rank")
 refused(lambda: comm.all_reduce(ev.ones((2,), dtype=ev.int32), op="avg"), ev.InvalidArgumentError, "floating")
 refused(lambda: ev.distributed.init(device="cuda:0"), ev.InvalidArgumentError, "cuda:0")
+gate = ev.UserEvent()
+s = ev.Stream("cpu")
+s.wait(gate)
+with s:
+    held = comm.all_reduce(t)
+assert ev.distributed.finalize(timeout=0.05) is False  # the held collective has not run
+refused(lambda: comm.all_reduce(t), ev.EventStateError, "finalized")
+gate.set()
+assert held.wait(timeout=20)
+assert ev.distributed.finalize(timeout=10) is True   # a later call ends what the first could not
 assert ev.distributed.finalize(timeout=10) is True
 assert not ev.distributed.is_initialized()
 refused(lambda: comm.all_reduce(t), ev.EventStateError, "finalized")

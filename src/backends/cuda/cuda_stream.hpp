@@ -133,6 +133,7 @@ class CudaStream : public detail::StreamState {
   CudaDevice& owner() const noexcept { return owner_; }
   std::exception_ptr device_error() const override;
   void* native_handle() const noexcept override { return native_.get(); }
+  bool launches_from_any_thread() const noexcept override { return !per_thread_; }
 
   // For the watcher: launches held work whose host-side dependencies have finished.
   void release_if_due() noexcept;
