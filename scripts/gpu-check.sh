@@ -50,6 +50,16 @@ if want test; then
   # of another (the test spawns itself as the other process).
   "$build/tests/cpp/ipc_test" > "$out/ipc_test.log" 2>&1
   note "ipc_test: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/ipc_test.log" | tr '\n' ' ')"
+  # Collectives on the GPU through NCCL, a rank per GPU, and the same over NCCL's socket
+  # transport (the path between machines), under mpirun (issue 14).
+  ranks=$(nvidia-smi -L | wc -l)
+  EVENTIDE_DEVICE=cuda mpirun --allow-run-as-root -np "$ranks" "$build/tests/cpp/distributed_test" \
+    > "$out/distributed_test.log" 2>&1
+  note "distributed_test on cuda, $ranks ranks: exit $?"
+  EVENTIDE_DEVICE=cuda NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 PYTHONPATH="$build/python" \
+    mpirun --allow-run-as-root -x EVENTIDE_DEVICE -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE -x PYTHONPATH \
+    -np "$ranks" "$py" tests/python/distributed/worker.py > "$out/distributed_socket.log" 2>&1
+  note "distributed worker over NCCL sockets, $ranks ranks: exit $?, $(grep -c ': ok' "$out/distributed_socket.log") ranks ok"
   "$build/tools/eventide" info > "$out/demo.log" 2>&1
   "$build/tools/eventide" demo >> "$out/demo.log" 2>&1
   note "demo on $(sed -n 's/^default device: \([^ ]*\).*/\1/p' "$out/demo.log"): $(tail -1 "$out/demo.log")"
@@ -68,6 +78,14 @@ if want bench; then
   # Cross-device stream waits beside cudaStreamWaitEvent (two GPUs; says it skips otherwise).
   "$build/bench/eventide_bench_multi_gpu" > "$out/bench_multi_gpu.md" 2>&1
   note "bench multi-gpu: $(grep -E 'one-way|skipped' "$out/bench_multi_gpu.md" | tr '\n' ' ')"
+  # Collectives beside ncclAllReduce / MPI_Allreduce (C++) and torch.distributed (Python), a
+  # rank per GPU (issue 14; docs/SCALE_OUT.md).
+  ranks=$(nvidia-smi -L | wc -l)
+  mpirun --allow-run-as-root -np "$ranks" "$build/bench/eventide_bench_distributed" \
+    > "$out/bench_distributed.md" 2>&1
+  note "bench distributed ($ranks ranks): $(grep -c '^|' "$out/bench_distributed.md") table rows"
+  PYTHONPATH="$build/python" mpirun --allow-run-as-root -x PYTHONPATH -np "$ranks" "$py" \
+    bench/distributed_bench.py >> "$out/bench_distributed.md" 2>&1
   PYTHONPATH="$build/python" "$py" bench/python_bench.py --device cuda:0 \
     --json "$build/bench_python.json" --md "$out/bench_python.md" > /dev/null 2>&1
   note "bench python: $(grep -c '| yes |' "$out/bench_python.md") goals met, $(grep -c 'no\*\*' "$out/bench_python.md") missed"
