@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+
+from . import distributed as distributed
 from typing import Any, Callable, Generator, Iterable, Optional, Sequence, Tuple, TypeVar, Union
 
 __version__: str
