@@ -659,13 +659,19 @@ ExportedEvent export_event(const Event& event) {
     }
   }
 
-  // What the export covers: the work tied to the event now.
+  // What the export covers: the work tied to the event now, both what has finished (an event
+  // keeps every record: one may have failed already, snap.error) and what is pending. The
+  // word says failed if either part did, once the pending part is over (as the event itself
+  // does): a failure already there must not be lost for the pending part's success.
   auto verdict = std::make_shared<EventState>(device, EventOptions{false});
   for (Ref<Work>& w : snap.pending) verdict->record(std::move(w), device);
+  std::exception_ptr earlier = snap.error;
   if (snap.pending.empty()) {
-    state->publish_final(snap.error);  // finished (or failed) already
+    state->publish_final(earlier);  // finished (or failed) already
   } else {
-    if (state->native) {
+    // An export that has failed already makes no native record: the importers' streams wait
+    // for the gate, which fails with the verdict, as for work that fails later.
+    if (state->native && !earlier) {
       // The native event, recorded on the GPU after the work (a stream of ours waits for it);
       // its handle is usable only from then on (kGpuReady), since a never-recorded event reads
       // complete. If the work fails first, the record never runs and the verdict says failed.
@@ -679,7 +685,9 @@ ExportedEvent export_event(const Event& event) {
     }
     std::shared_ptr<detail::ExportState> shared = state;
     // Runs once, on a runtime thread with no runtime lock held; holds `verdict` until then.
-    verdict->add_callback([shared, verdict] { shared->publish_final(verdict->error()); });
+    verdict->add_callback([shared, verdict, earlier] {
+      shared->publish_final(earlier ? earlier : verdict->error());
+    });
   }
 
   const std::string handle = std::string(kHandlePrefix) + name.substr(1);

@@ -308,6 +308,52 @@ TEST(ipc, FailureCrossesWithItsText) {
   });
 }
 
+// An event holds every record made on it: one that failed already and one still pending. The
+// export covers both: the importer must see the failure once the pending part is over, not the
+// pending part's success alone.
+TEST(ipc, AnEarlierFailureOfTheEventCrossesWithItsPendingWork) {
+  run_with_deadline([] {
+    ev::UserEvent bad, gate;
+    ev::Stream a(ev::Device::cpu()), b(ev::Device::cpu());
+    a.wait(bad);
+    b.wait(gate);
+    bad.fail(std::make_exception_ptr(std::runtime_error("the first record's failure")));
+    ev::Event e;
+    e.record(a);  // failed
+    e.record(b);  // pending behind `gate`
+    EXPECT_TRUE(ends_within(a.record_event(), 10s));
+    auto x = ev::ipc::export_event(e);
+    ev::Event imported = ev::ipc::import_event(x.handle(), ev::Device::cpu());
+    EXPECT_FALSE(ends_within(imported, 50ms)) << "the import finished before the pending record";
+    gate.set();
+    EXPECT_TRUE(ends_within(imported, 10s));
+    EXPECT_EQ(imported.status(), ev::EventStatus::failed);
+    EXPECT_NE(error_text(imported).find("the first record's failure"), std::string::npos)
+        << error_text(imported);
+    EXPECT_EQ(e.status(), ev::EventStatus::failed);
+  });
+}
+
+// The same with nothing pending: the failure is published at once.
+TEST(ipc, AnEventThatFailedAlreadyImportsFailed) {
+  run_with_deadline([] {
+    ev::UserEvent bad;
+    ev::Stream a(ev::Device::cpu()), b(ev::Device::cpu());
+    a.wait(bad);
+    bad.fail(std::make_exception_ptr(std::runtime_error("failed before the export")));
+    ev::Event e;
+    e.record(a);
+    e.record(b);
+    EXPECT_TRUE(ends_within(e, 10s));
+    auto x = ev::ipc::export_event(e);
+    ev::Event imported = ev::ipc::import_event(x.handle(), ev::Device::cpu());
+    EXPECT_TRUE(ends_within(imported, 10s));
+    EXPECT_EQ(imported.status(), ev::EventStatus::failed);
+    EXPECT_NE(error_text(imported).find("failed before the export"), std::string::npos)
+        << error_text(imported);
+  });
+}
+
 TEST(ipc, BadInputIsNamed) {
   run_with_deadline([] {
     EXPECT_THROW_MSG(ev::ipc::import_event("hello"), ev::InvalidArgument, "not an eventide event handle");
