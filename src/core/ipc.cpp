@@ -222,18 +222,12 @@ struct OwnedNames {
   pid_t pid = 0;
 };
 
+void register_ipc_fork_handlers() noexcept;
+
 OwnedNames& owned_names() {
   static OwnedNames* names = [] {
     auto* n = new OwnedNames;  // never freed: used by the exit handler
-    // fork(): the child closes its copies of the liveness locks' descriptors, so that the
-    // locks go when the exporter goes, not when its last child does.
-    ::pthread_atfork([] { owned_names().mu.lock(); }, [] { owned_names().mu.unlock(); },
-                     [] {
-                       OwnedNames& o = owned_names();
-                       for (int fd : o.lock_fds) ::close(fd);
-                       o.lock_fds.clear();
-                       o.mu.unlock();
-                     });
+    register_ipc_fork_handlers();
     std::atexit([] {
       OwnedNames& o = owned_names();
       std::lock_guard lock(o.mu);
@@ -328,15 +322,24 @@ struct Import {
   std::unique_ptr<IpcNativeEvent> native;
 };
 
+class Watcher;
+std::atomic<Watcher*> g_watcher{nullptr};
+
 class Watcher {
  public:
   static Watcher& get() {
     static Watcher* w = [] {
       auto* made = new Watcher;  // never freed: its thread runs until the process ends
-      ::pthread_atfork(nullptr, nullptr, [] { Watcher::get().after_fork_in_child(); });
+      register_ipc_fork_handlers();
+      g_watcher.store(made, std::memory_order_release);
       return made;
     }();
     return *w;
+  }
+
+  // fork()'s child step (register_ipc_fork_handlers), if a watcher was made.
+  static void after_fork_in_child_if_made() noexcept {
+    if (Watcher* w = g_watcher.load(std::memory_order_acquire)) w->after_fork_in_child();
   }
 
   void add(std::shared_ptr<Import> imp) {
@@ -491,6 +494,34 @@ class Watcher {
   std::atomic<std::uint32_t> wake_{0};
   bool started_ = false;
 };
+
+// fork(). Registered once, by the first export or import, when the runtime has registered its
+// own handlers already (both call Runtime::get() first):
+// * before the fork, the exporters' lock (OwnedNames::mu) is taken, so that the child finds it
+//   free; after it, the child closes its copies of the liveness locks' descriptors, so that
+//   the locks go when the exporter goes, not when its last child does;
+// * the runtime's handlers are registered again after that pair: prepare handlers run last
+//   registered first, so the runtime quiesces (a running CPU body or a callback may need
+//   `mu`: export_event, dropping an ExportedEvent) before `mu` is taken, instead of such a
+//   body blocking on it for the whole grace period and failing in the child as interrupted by
+//   fork; its parent and child steps then run after `mu` is let go (they act once per fork
+//   however often registered: the outermost call acts);
+// * the watcher's child step (a new thread for the imports) is registered after that again,
+//   to run once the runtime's child is in order.
+void register_ipc_fork_handlers() noexcept {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ::pthread_atfork([] { owned_names().mu.lock(); }, [] { owned_names().mu.unlock(); },
+                     [] {
+                       OwnedNames& o = owned_names();
+                       for (int fd : o.lock_fds) ::close(fd);
+                       o.lock_fds.clear();
+                       o.mu.unlock();
+                     });
+    eventide::detail::register_fork_handlers();
+    ::pthread_atfork(nullptr, nullptr, [] { Watcher::after_fork_in_child_if_made(); });
+  });
+}
 
 }  // namespace
 

@@ -485,6 +485,43 @@ TEST(ipc_process, FailureCrossesProcesses) {
   });
 }
 
+// fork() while a CPU op's body uses the IPC code (here: exports an event and drops it, which
+// takes the IPC code's lock): the runtime's prepare step lets the body finish first. The IPC
+// fork handler must not hold that lock yet, or the body blocks on it for the whole grace
+// period and the child finds the op "interrupted by fork".
+TEST(ipc_process, ForkWhileACpuOpExportsNeitherStallsNorFailsIt) {
+  run_with_deadline([] {
+    ev::UserEvent other;
+    (void)ev::ipc::export_event(other);  // the IPC code's fork handlers are registered by now
+    ev::Stream s(ev::Device::cpu());
+    std::atomic<bool> started{false};
+    ev::Event work = s.enqueue("work", [&] {
+      started = true;
+      std::this_thread::sleep_for(200ms);  // the fork comes meanwhile
+      ev::ipc::ExportedEvent x = ev::ipc::export_event(other);
+      x.close();
+    });
+    while (!started) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(20ms);
+    auto t0 = std::chrono::steady_clock::now();
+    pid_t pid = fork();
+    if (pid == 0) {
+      // The op finished before the fork: it must not have been failed here.
+      _exit(work.poll() && work.status() == ev::EventStatus::finished ? 0 : 7);
+    }
+    auto forked_in = std::chrono::steady_clock::now() - t0;
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "the child found the op failed (interrupted by fork)";
+    EXPECT_LT(forked_in, 1500ms) << "fork() waited out the grace period";
+    EXPECT_TRUE(ends_within(work, 10s));
+    EXPECT_EQ(work.status(), ev::EventStatus::finished) << error_text(work);
+    other.set();
+  });
+}
+
 TEST(ipc_process, ExporterDeathFailsTheImportInsteadOfHanging) {
   run_with_deadline([] {
     Child c({"export-gated", "cpu"});
