@@ -12,6 +12,24 @@
 // Memory ordering: the exporter writes the error text, then sets the bit with a release
 // fetch_or; the importer reads the word with acquire before the text.
 //
+// The users word (GPU path): CUDA leaves undefined what an imported CUDA event does once its
+// exporter has destroyed it, so the exporter keeps its native event until no importer may
+// touch it. The word holds a count of importers that have opened (or are opening) the handle
+// and a closing bit, one atomic word, so that "count is 0" and "no one may open from now on"
+// are one step (a CAS 0 -> kClosing by the exporter):
+// * an importer opens the handle only after raising the count with a CAS that sees no closing
+//   bit, and only while the state is not final (a final word: the work is over, nothing to
+//   wait for on the GPU; the imported event then finishes on the host verdict alone); it
+//   lowers the count (and wakes the word) once its stream's wait has passed on the GPU and it
+//   has closed its own handle;
+// * the exporter, once the user has let go of the export and its callbacks have run,
+//   destroys the native event only after that CAS succeeds; otherwise it defers the destroy
+//   (the watcher thread retries when the word changes, and every ~100 ms). An importer that
+//   died holding a count is never waited for: that one event is leaked.
+// * an importer that finds the closing bit while the state is not final (the exporter's
+//   runtime shut down before the work finished) fails its stream's wait, since the work
+//   cannot be waited for on the GPU any more.
+//
 // The imported event holds two host Works on a private timeline: the gate (seq 1: the GPU
 // handle may be used, or the work is over) and the verdict (seq 2: final). On the CPU the
 // event is the verdict alone. On a GPU it is a marker on an internal stream placed after a
@@ -44,6 +62,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -79,10 +98,12 @@ using eventide::detail::Work;
 using eventide::detail::WorkKind;
 
 constexpr std::uint64_t kMagic = 0x3130'4350'4945'5645ull;  // "EVEIPC01", little-endian
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;  // 2: the users word (1 had none; the handles are alike)
 constexpr std::string_view kHandlePrefix = "eventide-ipc:1:";
 enum : std::uint32_t { kGpuReady = 1u, kDone = 2u, kFailed = 4u };
 constexpr std::uint32_t kFinal = kDone | kFailed;
+constexpr std::uint32_t kClosing = 1u << 31;  // Block::users: the exporter destroys its native event
+constexpr std::uint32_t kUserCount = kClosing - 1;
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 
 struct Block {
@@ -96,10 +117,11 @@ struct Block {
   std::uint32_t native_bytes;
   std::uint32_t error_bytes;
   std::uint32_t liveness_lock;  // 1: the exporter holds the liveness lock (else: check the pid)
-  std::uint32_t reserved;
+  std::atomic<std::uint32_t> users;  // importers using the native event, and kClosing
   unsigned char native[eventide::detail::kIpcNativeHandleBytes];
   char error[4096];
 };
+static_assert(offsetof(Block, users) == 76, "ipc_test reads the users word at this offset");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free &&
               sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
 
@@ -222,18 +244,12 @@ struct OwnedNames {
   pid_t pid = 0;
 };
 
+void register_ipc_fork_handlers() noexcept;
+
 OwnedNames& owned_names() {
   static OwnedNames* names = [] {
     auto* n = new OwnedNames;  // never freed: used by the exit handler
-    // fork(): the child closes its copies of the liveness locks' descriptors, so that the
-    // locks go when the exporter goes, not when its last child does.
-    ::pthread_atfork([] { owned_names().mu.lock(); }, [] { owned_names().mu.unlock(); },
-                     [] {
-                       OwnedNames& o = owned_names();
-                       for (int fd : o.lock_fds) ::close(fd);
-                       o.lock_fds.clear();
-                       o.mu.unlock();
-                     });
+    register_ipc_fork_handlers();
     std::atexit([] {
       OwnedNames& o = owned_names();
       std::lock_guard lock(o.mu);
@@ -305,8 +321,74 @@ void settle(Work& w, std::exception_ptr error) noexcept {
 
 // --- the importing side --------------------------------------------------------------------
 
+// What an importer may do with the exporter's native event (the users word, above).
+enum class NativeUse {
+  counted,   // the count is raised: open it, wait on it, then release_native_use
+  finished,  // the work is over (the state is final): nothing to wait for on the GPU
+  gone,      // the exporter destroys it before the work was over: cannot be waited for
+};
+
+NativeUse acquire_native_use(Block& b) noexcept {
+  std::uint32_t u = b.users.load(std::memory_order_acquire);
+  for (;;) {
+    if (b.state.load(std::memory_order_acquire) & kFinal) return NativeUse::finished;
+    if (u & kClosing) {
+      return (b.state.load(std::memory_order_acquire) & kFinal) ? NativeUse::finished : NativeUse::gone;
+    }
+    if ((u & kUserCount) == kUserCount) return NativeUse::gone;  // 2^31 importers: not reached
+    if (b.users.compare_exchange_weak(u, u + 1, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+  }
+  // Final meanwhile: no need to open it after all.
+  if (b.state.load(std::memory_order_acquire) & kFinal) {
+    b.users.fetch_sub(1, std::memory_order_release);
+    futex_wake_all(&b.users);
+    return NativeUse::finished;
+  }
+  return NativeUse::counted;
+}
+
 struct Import {
-  ~Import() { close_lock_fd(); }
+  ~Import() {
+    close_lock_fd();
+    drop_native();
+  }
+  // Closes the opened native event, then lowers the users count: after the stream's wait on
+  // it has passed on the GPU (the completion of the marker after it), or if it never waited.
+  void drop_native() noexcept {
+    if (::getpid() != owner_pid) {
+      // A forked child's copy: the count is the parent's to lower, and CUDA is not usable here.
+      (void)native.release();
+      counted = false;
+      return;
+    }
+    native.reset();
+    if (counted) {
+      counted = false;
+      Block& b = map->block();
+      b.users.fetch_sub(1, std::memory_order_release);
+      futex_wake_all(&b.users);  // an exporter's watcher may be waiting to destroy it
+    }
+  }
+  // Opens the native event if the users word lets us (import_event, the stream's wait op).
+  // InvalidArgument if the backend has no interprocess events.
+  NativeUse open_native() {
+    Block& b = map->block();
+    NativeUse use = acquire_native_use(b);
+    if (use != NativeUse::counted) return use;
+    counted = true;
+    try {
+      native = backend->open_ipc_event(
+          std::span<const std::byte>(reinterpret_cast<const std::byte*>(b.native), b.native_bytes));
+    } catch (...) {
+      drop_native();
+      throw;
+    }
+    if (!native) {
+      drop_native();
+      throw InvalidArgument("import_event: this device cannot open native interprocess events");
+    }
+    return use;
+  }
   void close_lock_fd() noexcept {
     if (lock_fd >= 0) ::close(lock_fd);
     lock_fd = -1;
@@ -326,17 +408,59 @@ struct Import {
   // stream's wait op, which also touches it; never both at once: the op runs after the gate).
   eventide::detail::DeviceBackend* backend = nullptr;
   std::unique_ptr<IpcNativeEvent> native;
+  bool counted = false;  // the users count has been raised for `native` (not yet lowered)
+  pid_t owner_pid = ::getpid();  // the process that imported (and may raise the count)
 };
+
+// An exporter's native event whose destroy waits for its importers (the users word).
+struct Retired {
+  std::shared_ptr<Mapping> map;
+  std::unique_ptr<IpcNativeEvent> native;
+};
+
+// Destroys `r`'s native event if no importer uses it (and none may from now on): true if done.
+bool try_destroy(Retired& r) noexcept {
+  std::uint32_t expected = 0;
+  Block& b = r.map->block();
+  if (!b.users.compare_exchange_strong(expected, kClosing, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+    return false;  // importers use it
+  }
+  r.native.reset();
+  return true;
+}
+
+class Watcher;
+std::atomic<Watcher*> g_watcher{nullptr};
 
 class Watcher {
  public:
   static Watcher& get() {
     static Watcher* w = [] {
       auto* made = new Watcher;  // never freed: its thread runs until the process ends
-      ::pthread_atfork(nullptr, nullptr, [] { Watcher::get().after_fork_in_child(); });
+      register_ipc_fork_handlers();
+      g_watcher.store(made, std::memory_order_release);
       return made;
     }();
     return *w;
+  }
+
+  // fork()'s child step (register_ipc_fork_handlers), if a watcher was made.
+  static void after_fork_in_child_if_made() noexcept {
+    if (Watcher* w = g_watcher.load(std::memory_order_acquire)) w->after_fork_in_child();
+  }
+
+  // Takes `r` to destroy once its importers have let go (try_destroy), retried when its users
+  // word changes and at every liveness check.
+  void defer(Retired r) {
+    std::lock_guard lock(mu_);
+    retired_.push_back(std::move(r));
+    if (!started_) {
+      std::thread(&Watcher::loop, this).detach();
+      started_ = true;
+    }
+    wake_.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&wake_);
   }
 
   void add(std::shared_ptr<Import> imp) {
@@ -355,6 +479,9 @@ class Watcher {
     // The thread is the parent's; the lock may have been held by it.
     new (&mu_) std::mutex;
     started_ = false;
+    // The parent's deferred destroys: its events, its word to close; the copies are leaked.
+    for (Retired& r : retired_) (void)r.native.release();
+    retired_.clear();
     if (!entries_.empty()) {
       try {
         std::thread(&Watcher::loop, this).detach();
@@ -431,6 +558,7 @@ class Watcher {
       auto next_check = now + kLivenessPeriod;
       waiters.clear();
       waiters.push_back(WaitV{seen, reinterpret_cast<std::uint64_t>(&wake_), FUTEX_32, 0});
+      retry_retired(waiters);
       for (auto& imp : local) {
         const std::uint32_t s = imp->map->block().state.load(std::memory_order_acquire);
         if (visit(*imp, now)) {
@@ -486,11 +614,74 @@ class Watcher {
     }
   }
 
+  // Retries the deferred destroys; adds a waiter on the users word of each left.
+  void retry_retired(std::vector<WaitV>& waiters) noexcept {
+    std::vector<Retired> destroy;
+    {
+      std::lock_guard lock(mu_);
+      if (retired_.empty()) return;
+      // Not after the runtime has shut down (static destruction: the CUDA runtime may be gone;
+      // the process's end frees the events).
+      bool running = true;
+      try {
+        Runtime::get().check_running();
+      } catch (...) {
+        running = false;
+      }
+      for (std::size_t i = 0; i < retired_.size();) {
+        Block& b = retired_[i].map->block();
+        std::uint32_t u = b.users.load(std::memory_order_acquire);
+        if (running && u == 0) {
+          // The CAS is try_destroy's; the destroy itself is done outside the lock.
+          if (b.users.compare_exchange_strong(u, kClosing, std::memory_order_acq_rel)) {
+            destroy.push_back(std::move(retired_[i]));
+            retired_.erase(retired_.begin() + static_cast<std::ptrdiff_t>(i));
+            continue;
+          }
+        }
+        if (waiters.size() < kMaxWaitV) {
+          waiters.push_back(WaitV{u, reinterpret_cast<std::uint64_t>(&b.users), FUTEX_32, 0});
+        }
+        ++i;
+      }
+    }
+    destroy.clear();  // cudaEventDestroy
+  }
+
   std::mutex mu_;
+  std::vector<Retired> retired_;  // deferred destroys of this process's exported native events
   std::vector<std::shared_ptr<Import>> entries_;
   std::atomic<std::uint32_t> wake_{0};
   bool started_ = false;
 };
+
+// fork(). Registered once, by the first export or import, when the runtime has registered its
+// own handlers already (both call Runtime::get() first):
+// * before the fork, the exporters' lock (OwnedNames::mu) is taken, so that the child finds it
+//   free; after it, the child closes its copies of the liveness locks' descriptors, so that
+//   the locks go when the exporter goes, not when its last child does;
+// * the runtime's handlers are registered again after that pair: prepare handlers run last
+//   registered first, so the runtime quiesces (a running CPU body or a callback may need
+//   `mu`: export_event, dropping an ExportedEvent) before `mu` is taken, instead of such a
+//   body blocking on it for the whole grace period and failing in the child as interrupted by
+//   fork; its parent and child steps then run after `mu` is let go (they act once per fork
+//   however often registered: the outermost call acts);
+// * the watcher's child step (a new thread for the imports) is registered after that again,
+//   to run once the runtime's child is in order.
+void register_ipc_fork_handlers() noexcept {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ::pthread_atfork([] { owned_names().mu.lock(); }, [] { owned_names().mu.unlock(); },
+                     [] {
+                       OwnedNames& o = owned_names();
+                       for (int fd : o.lock_fds) ::close(fd);
+                       o.lock_fds.clear();
+                       o.mu.unlock();
+                     });
+    eventide::detail::register_fork_handlers();
+    ::pthread_atfork(nullptr, nullptr, [] { Watcher::after_fork_in_child_if_made(); });
+  });
+}
 
 }  // namespace
 
@@ -501,7 +692,26 @@ namespace detail {
 // What the export's completion callback and its record op share: the mapping and the native
 // event, alive until both have run and every ExportedEvent copy is gone.
 struct ExportState {
-  ~ExportState() { release_lock(); }
+  ~ExportState() {
+    release_lock();
+    retire_native();
+  }
+  // The native event goes once no importer may use it (the users word): now, or later on the
+  // watcher's thread. A forked child's copy is not ours to destroy (nor is CUDA usable there).
+  void retire_native() noexcept {
+    if (!native) return;
+    if (::getpid() != pid) {
+      (void)native.release();
+      return;
+    }
+    Retired r{map, std::move(native)};
+    if (try_destroy(r)) return;
+    try {
+      Watcher::get().defer(std::move(r));
+    } catch (...) {
+      (void)r.native.release();  // no memory or thread for it: leaked rather than freed early
+    }
+  }
   std::shared_ptr<Mapping> map;
   pid_t pid = 0;  // the exporter's: a forked child neither writes nor removes anything
   std::unique_ptr<IpcNativeEvent> native;
@@ -659,13 +869,19 @@ ExportedEvent export_event(const Event& event) {
     }
   }
 
-  // What the export covers: the work tied to the event now.
+  // What the export covers: the work tied to the event now, both what has finished (an event
+  // keeps every record: one may have failed already, snap.error) and what is pending. The
+  // word says failed if either part did, once the pending part is over (as the event itself
+  // does): a failure already there must not be lost for the pending part's success.
   auto verdict = std::make_shared<EventState>(device, EventOptions{false});
   for (Ref<Work>& w : snap.pending) verdict->record(std::move(w), device);
+  std::exception_ptr earlier = snap.error;
   if (snap.pending.empty()) {
-    state->publish_final(snap.error);  // finished (or failed) already
+    state->publish_final(earlier);  // finished (or failed) already
   } else {
-    if (state->native) {
+    // An export that has failed already makes no native record: the importers' streams wait
+    // for the gate, which fails with the verdict, as for work that fails later.
+    if (state->native && !earlier) {
       // The native event, recorded on the GPU after the work (a stream of ours waits for it);
       // its handle is usable only from then on (kGpuReady), since a never-recorded event reads
       // complete. If the work fails first, the record never runs and the verdict says failed.
@@ -679,7 +895,9 @@ ExportedEvent export_event(const Event& event) {
     }
     std::shared_ptr<detail::ExportState> shared = state;
     // Runs once, on a runtime thread with no runtime lock held; holds `verdict` until then.
-    verdict->add_callback([shared, verdict] { shared->publish_final(verdict->error()); });
+    verdict->add_callback([shared, verdict, earlier] {
+      shared->publish_final(earlier ? earlier : verdict->error());
+    });
   }
 
   const std::string handle = std::string(kHandlePrefix) + name.substr(1);
@@ -792,13 +1010,9 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
   if (gpu) {
     imp->backend = &ctx.backend();
     const std::uint32_t s = b.state.load(std::memory_order_acquire);
-    if (s & kGpuReady) {
-      imp->native = imp->backend->open_ipc_event(std::span<const std::byte>(
-          reinterpret_cast<const std::byte*>(b.native), b.native_bytes));
-      if (!imp->native) {
-        throw InvalidArgument("import_event: " + target.str() + " cannot open native interprocess events");
-      }
-    }
+    // Opened only while the work is not over and the exporter keeps its event for us (the
+    // users word); otherwise the wait op below decides.
+    if (s & kGpuReady) (void)imp->open_native();
     if (s & (kGpuReady | kDone)) {
       settle(*imp->gate, nullptr);
       imp->gate_done = true;
@@ -815,15 +1029,25 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
     stream->launch("ipc wait", {}, {}, eventide::detail::Callback([held, native_stream] {
                      const Block& blk = held->map->block();
                      if (!held->native &&
-                         (blk.state.load(std::memory_order_acquire) & kGpuReady)) {
-                       held->native = held->backend->open_ipc_event(std::span<const std::byte>(
-                           reinterpret_cast<const std::byte*>(blk.native), blk.native_bytes));
+                         (blk.state.load(std::memory_order_acquire) & kGpuReady) &&
+                         held->open_native() == NativeUse::gone) {
+                       throw OpError("process " + std::to_string(held->pid) +
+                                         " let go of the GPU event it exported before its work "
+                                         "was over (its runtime shut down): it cannot be waited "
+                                         "for on the GPU",
+                                     "import of " + held->handle);
                      }
-                     // Without a record the exported work finished before any was made: nothing
-                     // to wait for on the GPU.
+                     // Without a record, or once the word is final, the exported work is over:
+                     // nothing to wait for on the GPU.
                      if (held->native) held->native->wait_on(native_stream);
                    }));
     Ref<Work> marker = stream->mark(StreamState::MarkerTiming::untimed);
+    // Once the stream has passed the wait on the GPU (or failed), the native event is closed
+    // and the exporter told it may destroy its own (the users word).
+    auto passed = std::make_shared<EventState>(target, EventOptions{false});
+    passed->record(marker, target);
+    // Runs once; holds `passed` until then.
+    passed->add_callback([held, passed] { held->drop_native(); });
     out.state()->record_host_verdict(imp->verdict);
     out.state()->record(std::move(marker), target);
   } else {

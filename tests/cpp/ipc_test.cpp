@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,6 +92,10 @@ int child_export_gated(const std::string& device) {
       _exit(3);
     } else if (cmd == "poll") {
       say(work.poll() ? "done" : "pending");  // the exporter's own view of its work
+    } else if (cmd == "drop") {
+      x = {};  // the user lets go of the export and of the work's event at once
+      work = {};
+      say("dropped");
     } else {
       break;  // "exit", or the parent went away
     }
@@ -263,6 +268,44 @@ const ev::Device kGpu = ev::Device::cuda(0);
     }                                                                                         \
   } while (0)
 
+// A read-only view of an exported event's shared block (by its handle), kept mapped after its
+// name is removed: the state word (offset 16) and the users word (offset 76: importers using
+// the exporter's CUDA event, and bit 31, the exporter's closing bit), as src/core/ipc.cpp lays
+// them out (static_asserts there).
+class BlockView {
+ public:
+  explicit BlockView(const std::string& handle) {
+    std::string name = "/" + handle.substr(std::strlen("eventide-ipc:1:"));
+    int fd = shm_open(name.c_str(), O_RDONLY, 0);
+    if (fd < 0) throw std::runtime_error("shm_open " + name);
+    p_ = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p_ == MAP_FAILED) throw std::runtime_error("mmap " + name);
+  }
+  ~BlockView() { munmap(p_, 4096); }
+  std::uint32_t state() const { return load(16); }
+  std::uint32_t users() const { return load(76); }
+  static constexpr std::uint32_t kClosing = 1u << 31;
+
+ private:
+  std::uint32_t load(std::size_t offset) const {
+    return __atomic_load_n(reinterpret_cast<const std::uint32_t*>(static_cast<const char*>(p_) + offset),
+                           __ATOMIC_ACQUIRE);
+  }
+  void* p_;
+};
+
+// Whether `pred` holds within `timeout` (polled).
+template <class Pred>
+bool becomes(Pred pred, std::chrono::milliseconds timeout) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
 // --- host path, within one process --------------------------------------------------------
 
 TEST(ipc, SameProcessHostRoundTrip) {
@@ -305,6 +348,52 @@ TEST(ipc, FailureCrossesWithItsText) {
     EXPECT_TRUE(ends_within(e, 10s));
     EXPECT_EQ(e.status(), ev::EventStatus::failed);
     EXPECT_THROW_MSG(e.wait(), ev::OpError, "the exporter's own words", "failed there");
+  });
+}
+
+// An event holds every record made on it: one that failed already and one still pending. The
+// export covers both: the importer must see the failure once the pending part is over, not the
+// pending part's success alone.
+TEST(ipc, AnEarlierFailureOfTheEventCrossesWithItsPendingWork) {
+  run_with_deadline([] {
+    ev::UserEvent bad, gate;
+    ev::Stream a(ev::Device::cpu()), b(ev::Device::cpu());
+    a.wait(bad);
+    b.wait(gate);
+    bad.fail(std::make_exception_ptr(std::runtime_error("the first record's failure")));
+    ev::Event e;
+    e.record(a);  // failed
+    e.record(b);  // pending behind `gate`
+    EXPECT_TRUE(ends_within(a.record_event(), 10s));
+    auto x = ev::ipc::export_event(e);
+    ev::Event imported = ev::ipc::import_event(x.handle(), ev::Device::cpu());
+    EXPECT_FALSE(ends_within(imported, 50ms)) << "the import finished before the pending record";
+    gate.set();
+    EXPECT_TRUE(ends_within(imported, 10s));
+    EXPECT_EQ(imported.status(), ev::EventStatus::failed);
+    EXPECT_NE(error_text(imported).find("the first record's failure"), std::string::npos)
+        << error_text(imported);
+    EXPECT_EQ(e.status(), ev::EventStatus::failed);
+  });
+}
+
+// The same with nothing pending: the failure is published at once.
+TEST(ipc, AnEventThatFailedAlreadyImportsFailed) {
+  run_with_deadline([] {
+    ev::UserEvent bad;
+    ev::Stream a(ev::Device::cpu()), b(ev::Device::cpu());
+    a.wait(bad);
+    bad.fail(std::make_exception_ptr(std::runtime_error("failed before the export")));
+    ev::Event e;
+    e.record(a);
+    e.record(b);
+    EXPECT_TRUE(ends_within(e, 10s));
+    auto x = ev::ipc::export_event(e);
+    ev::Event imported = ev::ipc::import_event(x.handle(), ev::Device::cpu());
+    EXPECT_TRUE(ends_within(imported, 10s));
+    EXPECT_EQ(imported.status(), ev::EventStatus::failed);
+    EXPECT_NE(error_text(imported).find("failed before the export"), std::string::npos)
+        << error_text(imported);
   });
 }
 
@@ -436,6 +525,43 @@ TEST(ipc_process, FailureCrossesProcesses) {
     EXPECT_NE(text.find(std::to_string(c.pid())), std::string::npos) << text;
     c.send("exit");
     EXPECT_EQ(c.join(), 0);
+  });
+}
+
+// fork() while a CPU op's body uses the IPC code (here: exports an event and drops it, which
+// takes the IPC code's lock): the runtime's prepare step lets the body finish first. The IPC
+// fork handler must not hold that lock yet, or the body blocks on it for the whole grace
+// period and the child finds the op "interrupted by fork".
+TEST(ipc_process, ForkWhileACpuOpExportsNeitherStallsNorFailsIt) {
+  run_with_deadline([] {
+    ev::UserEvent other;
+    (void)ev::ipc::export_event(other);  // the IPC code's fork handlers are registered by now
+    ev::Stream s(ev::Device::cpu());
+    std::atomic<bool> started{false};
+    ev::Event work = s.enqueue("work", [&] {
+      started = true;
+      std::this_thread::sleep_for(200ms);  // the fork comes meanwhile
+      ev::ipc::ExportedEvent x = ev::ipc::export_event(other);
+      x.close();
+    });
+    while (!started) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(20ms);
+    auto t0 = std::chrono::steady_clock::now();
+    pid_t pid = fork();
+    if (pid == 0) {
+      // The op finished before the fork: it must not have been failed here.
+      _exit(work.poll() && work.status() == ev::EventStatus::finished ? 0 : 7);
+    }
+    auto forked_in = std::chrono::steady_clock::now() - t0;
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "the child found the op failed (interrupted by fork)";
+    EXPECT_LT(forked_in, 1500ms) << "fork() waited out the grace period";
+    EXPECT_TRUE(ends_within(work, 10s));
+    EXPECT_EQ(work.status(), ev::EventStatus::finished) << error_text(work);
+    other.set();
   });
 }
 
@@ -710,6 +836,73 @@ TEST(ipc_gpu, ChildGpuStreamWaitsForOurKernelHeldBehindAUserEvent) {
     EXPECT_EQ(c.join(), 0);
     cudaFree(stamps);
 #endif
+  });
+}
+
+// The exporter (us) lets go of its export while a child's stream still waits on the GPU for our
+// kernel: our CUDA event must outlive that wait (CUDA leaves an imported event undefined once
+// its exporter destroyed it). The child counts itself in the block's users word while it uses
+// the event; we destroy ours (the closing bit) only once the count is back to 0.
+TEST(ipc_gpu, ExporterKeepsItsGpuEventWhileAnImporterWaitsOnIt) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+#if EVENTIDE_IPC_TEST_CUDA
+    Child c({"import-wait", "-", "cuda:0", "stream"});
+    ASSERT_EQ(c.line(), "ready");
+    ev::Stream s(kGpu);
+    unsigned long long* stamps = nullptr;
+    cudaMalloc(&stamps, 2 * sizeof(unsigned long long));
+    ev::Event spin = spin_on(s, 1'500'000'000, stamps);  // 1.5 s on the GPU
+    std::optional<ev::ipc::ExportedEvent> x = ev::ipc::export_event(spin);
+    ASSERT_TRUE(x->native());
+    BlockView view(x->handle());
+    c.send(x->handle());
+    EXPECT_EQ(c.line(), "pending-at-import");
+    // The child opened our event (in import_event or its stream's wait op): it is counted.
+    EXPECT_TRUE(becomes([&] { return view.users() == 1u; }, 1000ms)) << view.users();
+    EXPECT_FALSE(spin.poll());
+    x.reset();  // the user lets go; our completion callback still holds the export
+    EXPECT_EQ(view.users() & BlockView::kClosing, 0u);
+    EXPECT_EQ(c.line(), "stream-passed");
+    EXPECT_TRUE(spin.poll()) << "the child's stream went on before our kernel had finished";
+    EXPECT_EQ(c.line(), "ok");
+    EXPECT_EQ(c.join(), 0);
+    // The child let go (its wait passed, it closed its handle): our event is destroyed now.
+    EXPECT_TRUE(becomes([&] { return view.users() == BlockView::kClosing; }, 10000ms)) << view.users();
+    cudaFree(stamps);
+#endif
+  });
+}
+
+// The exporter's work is held on its host when we import; it is released, finishes, and the
+// exporter drops everything at once. Our stream's wait must still come after that work on the
+// GPU, the exporter's event must not be destroyed while we may use it, and we open it only if
+// the work was not over yet (a final word: nothing to wait for).
+TEST(ipc_gpu, ExporterDroppingItsExportRightAfterTheWorkIsSafeForImporters) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    for (int round = 0; round < 5; ++round) {
+      Child c({"export-gated", "cuda:0"});
+      std::string handle = c.line();
+      BlockView view(handle);
+      ev::Event e = ev::ipc::import_event(handle, kGpu);
+      ev::Stream s(kGpu);
+      s.wait(e);
+      ev::Event after = s.record_event();
+      c.send("set");
+      c.send("drop");
+      EXPECT_EQ(c.line(), "dropped");
+      EXPECT_TRUE(after.wait_for(30s)) << "round " << round;
+      EXPECT_FALSE(after.error()) << error_text(after);
+      EXPECT_TRUE(e.wait_for(30s));
+      EXPECT_FALSE(e.error()) << error_text(e);
+      EXPECT_NE(view.state() & 2u, 0u) << "the imported event finished before the word said done";
+      // Once we have let go, the exporter destroys its event (while it lives to do so).
+      EXPECT_TRUE(becomes([&] { return view.users() == BlockView::kClosing; }, 10000ms))
+          << "round " << round << ": users word " << view.users();
+      c.send("exit");
+      EXPECT_EQ(c.join(), 0);
+    }
   });
 }
 

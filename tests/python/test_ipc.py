@@ -162,6 +162,27 @@ def test_failure_text_crosses():
         e.wait(10)
 
 
+def test_an_earlier_failure_of_the_event_is_not_lost_by_its_pending_work():
+    # An event keeps every record: one failed already, one pending behind a gate. The import
+    # must fail once the gate is set, not succeed with the pending record alone.
+    bad, gate = ev.UserEvent(), ev.UserEvent()
+    a, b = ev.Stream("cpu"), ev.Stream("cpu")
+    a.wait(bad)
+    b.wait(gate)
+    bad.fail(KeyError("the first record's failure"))
+    e = ev.Event()
+    e.record(a)
+    e.record(b)
+    x = ev.export_event(e)
+    imported = ev.import_event(x.handle, "cpu")
+    assert not finishes(imported, 0.05)
+    gate.set()
+    assert finishes(imported, 10)
+    assert imported.status == "failed"
+    with pytest.raises(ev.OpError, match="the first record's failure"):
+        imported.wait(10)
+
+
 def test_bad_input_is_named():
     with pytest.raises(ev.InvalidArgumentError, match="not an eventide event handle"):
         ev.import_event("not a handle")
