@@ -187,6 +187,18 @@ struct Issue {
     return std::make_shared<rt::TensorState>(std::move(shape), dtype, device, std::move(storage));
   }
 
+  // The shape of the collectives that read `in` and make a new tensor: the output of `shape`
+  // (in's dtype), then `call(transport, src, dst, dtype, native stream)` launched as the op.
+  template <class Call>
+  Tensor produce(rt::TensorState& in, Shape shape, Call call) {
+    auto out = output(std::move(shape), in.dtype);
+    const DType dtype = in.dtype;
+    const void* src = in.storage->data();
+    void* dst = out->storage->data();
+    launch({&in}, {out.get()}, [=](Transport& tr, void* stream) { call(tr, src, dst, dtype, stream); });
+    return Tensor(std::move(out));
+  }
+
   // Launches `call(transport, native stream)` as the op, after the chain's last, and makes it
   // the chain's last.
   template <class Call>
@@ -296,15 +308,10 @@ Tensor Communicator::all_reduce(const Tensor& t, ReduceOp op) const {
   Issue issue(s, "all_reduce", in.device);
   check_reduction(issue, in.dtype, op);
   issue.check_count(in.numel);
-  auto out = issue.output(in.shape, in.dtype);
-  const std::size_t count = static_cast<std::size_t>(in.numel);
-  const DType dtype = in.dtype;
-  void* src = in.storage->data();
-  void* dst = out->storage->data();
-  issue.launch({&in}, {out.get()}, [=](Transport& tr, void* stream) {
+  const auto count = static_cast<std::size_t>(in.numel);
+  return issue.produce(in, in.shape, [=](Transport& tr, const void* src, void* dst, DType dtype, void* stream) {
     tr.all_reduce(src, dst, count, dtype, op, stream);
   });
-  return Tensor(std::move(out));
 }
 
 Tensor Communicator::all_gather(const Tensor& t) const {
@@ -319,15 +326,10 @@ Tensor Communicator::all_gather(const Tensor& t) const {
     throw InvalidArgument("all_gather: shape " + dims(in.shape) + " times " + std::to_string(s.size) +
                           " ranks is too large to address");
   }
-  auto out = issue.output(std::move(shape), in.dtype);
-  const std::size_t count = static_cast<std::size_t>(in.numel);
-  const DType dtype = in.dtype;
-  void* src = in.storage->data();
-  void* dst = out->storage->data();
-  issue.launch({&in}, {out.get()}, [=](Transport& tr, void* stream) {
+  const auto count = static_cast<std::size_t>(in.numel);
+  return issue.produce(in, std::move(shape), [=](Transport& tr, const void* src, void* dst, DType dtype, void* stream) {
     tr.all_gather(src, dst, count, dtype, stream);
   });
-  return Tensor(std::move(out));
 }
 
 Tensor Communicator::reduce_scatter(const Tensor& t, ReduceOp op) const {
@@ -341,16 +343,12 @@ Tensor Communicator::reduce_scatter(const Tensor& t, ReduceOp op) const {
   }
   Shape shape = in.shape;
   shape[0] /= s.size;
-  auto out = issue.output(std::move(shape), in.dtype);
-  issue.check_count(out->numel);
-  const std::size_t count = static_cast<std::size_t>(out->numel);
-  const DType dtype = in.dtype;
-  void* src = in.storage->data();
-  void* dst = out->storage->data();
-  issue.launch({&in}, {out.get()}, [=](Transport& tr, void* stream) {
+  const std::int64_t each = in.numel / s.size;  // the elements of the output
+  issue.check_count(each);
+  const auto count = static_cast<std::size_t>(each);
+  return issue.produce(in, std::move(shape), [=](Transport& tr, const void* src, void* dst, DType dtype, void* stream) {
     tr.reduce_scatter(src, dst, count, dtype, op, stream);
   });
-  return Tensor(std::move(out));
 }
 
 Tensor Communicator::broadcast(const Tensor& t, int root) const {
@@ -359,15 +357,10 @@ Tensor Communicator::broadcast(const Tensor& t, int root) const {
   check_rank(s, "broadcast", "root", root);
   Issue issue(s, "broadcast", in.device);
   issue.check_count(in.numel);
-  auto out = issue.output(in.shape, in.dtype);
-  const std::size_t count = static_cast<std::size_t>(in.numel);
-  const DType dtype = in.dtype;
-  void* src = in.storage->data();
-  void* dst = out->storage->data();
-  issue.launch({&in}, {out.get()}, [=](Transport& tr, void* stream) {
+  const auto count = static_cast<std::size_t>(in.numel);
+  return issue.produce(in, in.shape, [=](Transport& tr, const void* src, void* dst, DType dtype, void* stream) {
     tr.broadcast(src, dst, count, dtype, root, stream);
   });
-  return Tensor(std::move(out));
 }
 
 Event Communicator::send(const Tensor& t, int dst) const {
