@@ -9,12 +9,15 @@
 #include <limits>
 #include <string>
 
+#include "backends/cuda/cuda_api.hpp"
 #include "distributed/mpi.hpp"
 #include "eventide/errors.hpp"
 
 namespace eventide::distributed::detail {
 
 namespace {
+
+using backends::cuda::DeviceScope;
 
 static_assert(sizeof(ncclUniqueId) == kNcclIdBytes, "ncclUniqueId changed size");
 
@@ -27,24 +30,6 @@ void check(const char* call, ncclResult_t status, ncclComm_t comm = nullptr) {
   throw DeviceError(std::string(call) + " failed: " + text, call, status);
 }
 
-// Makes `device` the calling thread's current CUDA device for a scope, then restores it.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
-      throw DeviceError(std::string("cudaSetDevice failed: ") + cudaGetErrorString(e), "cudaSetDevice", e);
-    }
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 ncclDataType_t nccl_type(DType dtype) noexcept {
   switch (dtype) {
@@ -78,12 +63,8 @@ class NcclTransport final : public Transport {
     // (Called once every collective issued has finished: finalize() drains them first.)
     // ncclCommDestroy alone, one communicator after the other, as for the communicators of
     // ncclCommInitAll; one that fails to destroy is aborted.
-    try {
-      DeviceScope scope(device_);
-      if (ncclCommDestroy(comm_) != ncclSuccess) ncclCommAbort(comm_);
-    } catch (...) {
-      ncclCommAbort(comm_);
-    }
+    DeviceScope scope(device_, std::nothrow);
+    if (ncclCommDestroy(comm_) != ncclSuccess) ncclCommAbort(comm_);
   }
   NcclTransport(const NcclTransport&) = delete;
   NcclTransport& operator=(const NcclTransport&) = delete;
@@ -141,7 +122,7 @@ std::unique_ptr<Transport> join_nccl(MpiWorld& world, Device device, int rank, i
   world.broadcast_bytes(&start, sizeof start, 0);
   check(rank == 0 ? "ncclGetUniqueId" : "ncclGetUniqueId (on rank 0)", static_cast<ncclResult_t>(start.status));
   const ncclUniqueId& id = start.id;
-  DeviceScope scope(device.index());
+  DeviceScope scope(device);
   ncclComm_t comm = nullptr;
   check("ncclCommInitRank", ncclCommInitRank(&comm, size, id, rank));
   return std::make_unique<NcclTransport>(comm, device.index());

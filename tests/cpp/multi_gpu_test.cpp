@@ -271,6 +271,52 @@ TEST(MultiGpuTest, EventsAndOpsDoNotDependOnTheThreadsCurrentDevice) {
   });
 }
 
+// CuPy, raw CUDA and PyTorch's current_device() allocate and launch on the thread's current
+// device: eventide's calls on the other GPU (a stream, ops, copies, events, a wait across
+// devices, synchronize, a tensor freed) leave it as the program set it.
+TEST(MultiGpuTest, TheCallersCurrentDeviceIsKeptAcrossWorkOnTheOtherGpu) {
+  REQUIRE_TWO_GPUS();
+  run_with_deadline([] {
+    auto current = [] {
+      int d = -1;
+      EXPECT_EQ(cudaGetDevice(&d), cudaSuccess);
+      return d;
+    };
+    for (int mine : {0, 1}) {
+      const ev::Device other = ev::Device::cuda(1 - mine);
+      ASSERT_EQ(cudaSetDevice(mine), cudaSuccess);
+      {
+        ev::Stream s(other);
+        EXPECT_EQ(current(), mine) << "after a stream of " << other.str();
+        ev::StreamGuard guard(s);
+        std::vector<float> host(64, 1.0f);
+        ev::Tensor a = ev::from_host(host.data(), {8, 8}, other);
+        ev::Tensor b = ev::matmul(a, ev::add(a, a));
+        EXPECT_EQ(current(), mine) << "after ops on " << other.str();
+        ev::Event e;
+        e.record(b);
+        ev::Stream mine_stream(ev::Device::cuda(mine));
+        ev::Event joined;
+        {
+          ev::StreamGuard g(mine_stream);
+          mine_stream.wait(e);
+          joined.record(ev::full({4}, 1.0, ev::DType::f32, ev::Device::cuda(mine)));
+        }
+        e.wait();
+        joined.wait();
+        EXPECT_EQ(b.to_vector<float>()[0], 16.0f);
+        ev::Tensor copied = b.to(ev::Device::cuda(mine));
+        EXPECT_EQ(copied.to_vector<float>()[0], 16.0f);
+        EXPECT_EQ(current(), mine) << "after events, a wait across devices and copies";
+        ev::synchronize();
+        EXPECT_EQ(current(), mine) << "after synchronize()";
+      }  // the tensors of `other` are freed here
+      ev::synchronize();
+      EXPECT_EQ(current(), mine) << "after the tensors of " << other.str() << " were freed";
+    }
+  });
+}
+
 TEST(MultiGpuTest, SynchronizeWaitsForEveryGpu) {
   REQUIRE_TWO_GPUS();
   run_with_deadline([] {

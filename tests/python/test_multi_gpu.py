@@ -226,3 +226,33 @@ def test_the_profile_and_its_trace_show_both_gpus():
     assert {"cuda:0", "cuda:1"} <= names
     waits = [op for op in prof.ops if op["is_wait"] and str(op["device"]) == "cuda:1"]
     assert waits and waits[0]["waits_for"], "the cuda:1 wait names the cuda:0 op it waited for"
+
+
+@pytest.mark.parametrize("library", ["torch", "cupy"])
+def test_the_current_device_of_torch_and_cupy_is_kept_across_eventide_work(library):
+    """What PyTorch's device guards keep: eventide's ops, events and copies on one GPU leave
+    the thread's current device (torch.cuda.current_device(), cupy.cuda.Device()) where the
+    program set it, so a following allocation lands where the program expects."""
+    lib = pytest.importorskip(library)
+    if library == "torch":
+        current, set_current = lib.cuda.current_device, lib.cuda.set_device
+    else:
+        current = lambda: lib.cuda.Device().id  # noqa: E731 (CuPy asks CUDA each time)
+        set_current = lambda i: lib.cuda.Device(i).use()  # noqa: E731
+    for mine, other in ((0, G1), (1, G0)):
+        set_current(mine)
+        s = ev.Stream(device=other)
+        with ev.stream(s):
+            x = ev.ones(64, 64, device=other)
+            y = x @ (x + x)
+            e = ev.Event()
+            e.record(y)
+        assert call_with_timeout(e.wait)
+        np.testing.assert_allclose(y.to(f"cuda:{mine}").numpy(), np.full((64, 64), 128.0))
+        ev.synchronize()
+        del x, y, s
+        assert current() == mine, f"eventide's work on {other} left cuda:{current()} current"
+        if library == "torch":
+            assert lib.ones(1, device="cuda").device.index == mine
+        else:
+            assert lib.ones(1).device.id == mine

@@ -43,10 +43,22 @@ bool check_nothrow(cudaError_t status, const char* call, const char* what) noexc
   return false;
 }
 
-void use_device(Device device) {
+DeviceScope::DeviceScope(int index, std::nothrow_t) noexcept {
   int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current == device.index()) return;
-  check(cudaSetDevice(device.index()), "cudaSetDevice", "for " + device.str());
+  if (cudaGetDevice(&current) == cudaSuccess && current == index) return;
+  CUcontext before = nullptr;
+  if (const Driver* d = driver()) d->ctx_get_current(&before);
+  status_ = cudaSetDevice(index);
+  if (status_ == cudaSuccess) restore_ = before;
+}
+
+DeviceScope::DeviceScope(Device device) : DeviceScope(device.index(), std::nothrow) {
+  check(status_, "cudaSetDevice", "for " + device.str());
+}
+
+DeviceScope::~DeviceScope() {
+  // (restore_ is set only where driver() gave it.)
+  if (restore_) driver()->ctx_set_current(restore_);
 }
 
 namespace {
@@ -67,7 +79,9 @@ const Driver* driver() noexcept {
               get("cuStreamWaitValue64", reinterpret_cast<void**>(&drv.wait_value64)) &&
               get("cuDeviceGetAttribute", reinterpret_cast<void**>(&drv.device_get_attribute)) &&
               get("cuGetErrorName", reinterpret_cast<void**>(&drv.get_error_name)) &&
-              get("cuGetErrorString", reinterpret_cast<void**>(&drv.get_error_string));
+              get("cuGetErrorString", reinterpret_cast<void**>(&drv.get_error_string)) &&
+              get("cuCtxGetCurrent", reinterpret_cast<void**>(&drv.ctx_get_current)) &&
+              get("cuCtxSetCurrent", reinterpret_cast<void**>(&drv.ctx_set_current));
     return ok ? &drv : nullptr;
   }();
   return d;

@@ -11,6 +11,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <new>
 #include <string>
 
 #include "eventide/device.hpp"
@@ -27,9 +28,28 @@ void check_driver(CUresult status, const char* call, const std::string& what);
 // destructors and threads): `what` is ready-made text ("for cuda:0 stream 3").
 bool check_nothrow(cudaError_t status, const char* call, const char* what) noexcept;
 
-// Makes `device` current on the calling thread (the CUDA runtime's current device is per
-// thread; every entry point of the backend starts with this).
-void use_device(Device device);
+// Makes a device the calling thread's current one for a scope (the CUDA runtime's current
+// device is per thread; every entry point of the backend opens one), then gives the thread
+// back the context it had: eventide leaves the current device as the program set it, since
+// CuPy, PyTorch's current_device and raw CUDA code allocate and launch there. A thread that
+// had no context keeps the device's: restoring "none" would only send its next runtime call
+// to device 0 and make a context there, which a process driving another GPU never needs.
+class DeviceScope {
+ public:
+  // DeviceError ("cudaSetDevice failed for cuda:1: ...") if the device cannot be made current.
+  explicit DeviceScope(Device device);
+  // For destructors and threads: ok() says whether the device is current.
+  DeviceScope(int index, std::nothrow_t) noexcept;
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+  bool ok() const noexcept { return status_ == cudaSuccess; }
+
+ private:
+  CUcontext restore_ = nullptr;  // null: nothing to give back
+  cudaError_t status_ = cudaSuccess;
+};
 
 // Driver entry points, resolved once.
 struct Driver {
@@ -38,6 +58,8 @@ struct Driver {
   CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
   CUresult (*get_error_name)(CUresult, const char**) = nullptr;
   CUresult (*get_error_string)(CUresult, const char**) = nullptr;
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*ctx_set_current)(CUcontext) = nullptr;
 };
 // Null when the driver lacks them.
 const Driver* driver() noexcept;

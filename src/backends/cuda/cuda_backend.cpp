@@ -54,7 +54,7 @@ class CudaBackend final : public detail::DeviceBackend {
     // Null is the legacy default stream in the runtime API; named explicitly, so that the
     // wrapper's native handle is never null (null means "no native stream" to the core).
     if (handle == nullptr) handle = cudaStreamLegacy;
-    use_device(device_);
+    DeviceScope scope(device_);
     // The special handles name a stream of the current device: any device's, once it is made
     // current (which eventide does before every launch). Any other belongs to one device.
     const char* what = special_stream(handle);

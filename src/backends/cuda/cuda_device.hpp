@@ -57,7 +57,7 @@ class TransferStream {
   };
 
   // The stream, made now if it does not exist yet, on the device, which must be current on
-  // the calling thread (use_device). DeviceError if it cannot be made.
+  // the calling thread (DeviceScope). DeviceError if it cannot be made.
   Use use();
   // Process exit: destroys the stream (Teardown::destroy) or leaves it to the process's end
   // (Teardown::leave: a failed device, on which the call could only fail) once the copies

@@ -13,11 +13,8 @@ OwnedStream OwnedStream::create(Device device, const std::string& what) {
 void OwnedStream::reset(const char* what) noexcept {
   cudaStream_t handle = std::exchange(handle_, nullptr);
   if (!handle) return;
-  int previous = -1;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device_);
+  DeviceScope scope(device_, std::nothrow);
   check_nothrow(cudaStreamDestroy(handle), "cudaStreamDestroy", what);
-  if (previous >= 0) cudaSetDevice(previous);
 }
 
 OwnedEvent OwnedEvent::create(unsigned int flags, const std::string& what) {

@@ -45,7 +45,7 @@ class OwnedStream : public StreamRef {
  public:
   OwnedStream() noexcept = default;
   // A new non-blocking stream on `device`, which must be current on the calling thread
-  // (use_device). DeviceError ("cudaStreamCreateWithFlags failed <what>: ...").
+  // (DeviceScope). DeviceError ("cudaStreamCreateWithFlags failed <what>: ...").
   static OwnedStream create(Device device, const std::string& what);
 
   OwnedStream(OwnedStream&& other) noexcept

@@ -44,7 +44,7 @@ class CudaIpcEvent final : public detail::IpcNativeEvent {
 }  // namespace
 
 std::unique_ptr<detail::IpcNativeEvent> create_ipc_event(Device device) {
-  use_device(device);
+  DeviceScope scope(device);
   const std::string what = "for an interprocess event on " + device.str();
   OwnedEvent event = OwnedEvent::create(cudaEventInterprocess | cudaEventDisableTiming, what);
   cudaIpcEventHandle_t handle;
@@ -62,7 +62,7 @@ std::unique_ptr<detail::IpcNativeEvent> open_ipc_event(Device device, std::span<
     throw InvalidArgument(message);
   }
   std::memcpy(&handle, bytes.data(), sizeof(handle));
-  use_device(device);
+  DeviceScope scope(device);
   cudaEvent_t event = nullptr;
   check(cudaIpcOpenEventHandle(&event, handle), "cudaIpcOpenEventHandle",
         "for an event exported by another process, on " + device.str());

@@ -113,15 +113,12 @@ class DeviceStorage final : public Storage {
     // idle. Kept for the next allocation of its size, or back to the pool at once, on any
     // stream.
     if (!escaped() && block_cache().give(device().index(), cached_size(bytes()), data())) return;
-    int previous = -1;
-    cudaGetDevice(&previous);
-    if (previous != device().index()) cudaSetDevice(device().index());
+    DeviceScope scope(device().index(), std::nothrow);
     if (const cudaError_t st = cudaFreeAsync(data(), nullptr); st != cudaSuccess) {
       char what[32];  // a destructor: no allocation for the message
       std::snprintf(what, sizeof what, "on cuda:%d", device().index());
       check_nothrow(st, "cudaFreeAsync", what);
     }
-    if (previous >= 0 && previous != device().index()) cudaSetDevice(previous);
   }
 };
 
@@ -261,7 +258,7 @@ Ref<Storage> allocate_device(Device device, std::size_t bytes, cudaStream_t stre
   const std::size_t size = cached_size(bytes);
   void* p = size <= kLargestCachedBlock ? block_cache().take(device.index(), size) : nullptr;
   if (!p) {
-    use_device(device);
+    DeviceScope scope(device);
     // Rounded as the cache rounds, so that the block can be kept when it comes back.
     cudaError_t st = cudaMallocAsync(&p, size, stream);
     if (st == cudaErrorMemoryAllocation) {

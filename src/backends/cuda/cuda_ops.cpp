@@ -121,7 +121,7 @@ class CudaKernels final : public ops::Kernels {
     // The producer has finished; copy through pinned staging on the device's transfer stream.
     const std::size_t bytes = src.nbytes();
     if (bytes == 0) return;
-    use_device(device_.device());
+    DeviceScope scope(device_.device());
     Ref<Storage> staging = allocate_pinned(bytes);
     TransferStream::Use transfer = device_.transfer().use();  // the stream lives while it is used
     cudaStream_t stream = transfer.get();

@@ -62,7 +62,7 @@ CudaStream::~CudaStream() = default;
 
 OwnedCudaStream::OwnedCudaStream(Device device, std::uint64_t id, CudaDevice& owner)
     : CudaStream(device, id, owner, detail::stream_name(device, id), StreamRef()) {
-  use_device(device);
+  DeviceScope scope(device);
   own_ = OwnedStream::create(device, "for " + name());
   bind(own_);
 }
@@ -247,8 +247,9 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
     timeline_.advance(work->seq());
     return nullptr;
   }
+  std::optional<DeviceScope> scope;  // over the body and the progress write
   try {
-    use_device(device());
+    scope.emplace(device());
     // A work that failed already runs nothing (unless it must be issued all the same: a
     // collective): it needs no ordering but its stream's.
     // (Only where all it depends on is on the GPU already: a per-thread stream's work that

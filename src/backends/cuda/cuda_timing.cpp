@@ -536,20 +536,14 @@ Timing::Impl::Anchor* calibrate(Timing& timing, Timing::Impl& impl, int device) 
   // the kernel only, and the GPU's latency after it: markers read up to 13 µs early on an
   // H200 once launches got cheaper.)
   Timing::Impl::Anchor& a = impl.anchors[device];
-  int previous = -1;
-  cudaGetDevice(&previous);
-  if (cudaSetDevice(device) != cudaSuccess) return nullptr;
-  auto restore = [&] {
-    if (previous >= 0) cudaSetDevice(previous);
-  };
+  DeviceScope scope(device, std::nothrow);
+  if (!scope.ok()) return nullptr;
   if (!a.stream && cudaStreamCreateWithFlags(&a.stream, cudaStreamNonBlocking) != cudaSuccess) {
-    restore();
     return nullptr;
   }
   if (!a.event && (cudaEventCreate(&a.event) != cudaSuccess || cudaEventCreate(&a.trial) != cudaSuccess ||
                    cudaMalloc(&a.scratch, kCalibrationScratchBytes) != cudaSuccess)) {
     (void)cudaGetLastError();
-    restore();
     return nullptr;
   }
   auto* stamps = reinterpret_cast<unsigned long long*>(static_cast<char*>(a.scratch) + kCalibrationStampsOffset);
@@ -585,7 +579,6 @@ Timing::Impl::Anchor* calibrate(Timing& timing, Timing::Impl& impl, int device) 
     }
     if (best_gap && *best_gap <= kCalibrationGapNs) break;
   }
-  restore();
   if (!ok || !best_gap) {
     (void)cudaGetLastError();
     a.cupti_ns = 0;
