@@ -765,8 +765,11 @@ void all_reduce_overlaps_compute(const Context& ctx) {
   constexpr int kSteps = 4;
   std::vector<ev::Event> computed, reduced;
   ev::Tensor last;
-  ev::UserEvent go(ctx.device);  // every step enqueued first: the overlap is the device's
-  compute.wait(go);
+  // Enqueued in program order, as a training loop does: the host's calls take microseconds,
+  // the first matmul milliseconds, so the device sees every step before it is done. (Holding
+  // the compute stream behind a UserEvent instead let eventide launch the held steps stream
+  // by stream on release, every matmul ahead of the first all_reduce: on a GPU the matmuls'
+  // blocks then filled the SMs first and the all_reduces waited for all of them.)
   for (int step = 0; step < kSteps; ++step) {
     ev::Tensor grads;
     {
@@ -784,7 +787,6 @@ void all_reduce_overlaps_compute(const Context& ctx) {
   say("%d steps: a matmul (%lld x %lld) and its gradients on the compute stream; each step's "
       "all_reduce on the other stream, after an event of its gradients", kSteps,
       static_cast<long long>(ctx.big_n), static_cast<long long>(ctx.big_n));
-  go.set();
   ev::wait_all(reduced);
   const ev::Event& origin = computed.front();
   const std::vector<Interval> busy = merged(spans_of(computed, origin));
