@@ -68,7 +68,7 @@ class Work final : public RefCounted {
       : timeline_(std::move(timeline)),
         name_(std::move(name)),
         kind_(kind),
-        launched_(!timeline_->device_written()) {}
+        launch_(timeline_->device_written() ? kHeld : kLaunched) {}
 
   Timeline& timeline() const noexcept { return *timeline_; }
   const Ref<Timeline>& timeline_ref() const noexcept { return timeline_; }
@@ -89,8 +89,18 @@ class Work final : public RefCounted {
   // host-side work it depends on finishes has not been launched; nor has one whose launch is
   // under way on another thread, whose kernel may not be in its stream yet). Only launched
   // work progresses without the host, so only launched work may be waited for by a device.
-  bool launched() const noexcept { return launched_.load(std::memory_order_acquire); }
-  void set_launched(bool launched) noexcept { launched_.store(launched, std::memory_order_release); }
+  bool launched() const noexcept { return launch_.load(std::memory_order_acquire) != kHeld; }
+  // Marks the launch as ended, by the thread that launched it. A work that failed by then
+  // (a dependency's known failure, a broken device, a launch error) ran nothing on the
+  // device, and its error is final from here on, although it is not done() yet: work
+  // launched after it reads failed_at_launch() and fails rather than runs.
+  void set_launched() noexcept {
+    launch_.store(error_ ? kLaunchedFailed : kLaunched, std::memory_order_release);
+  }
+  // Whether the work failed at its launch (then error() may be read before done()).
+  bool failed_at_launch() const noexcept {
+    return launch_.load(std::memory_order_acquire) == kLaunchedFailed;
+  }
   // Whether the body runs even when a dependency failed (or the stream is broken): a
   // collective's, whose peers in other processes would otherwise wait for it forever. The
   // work fails all the same, with the dependency's error; what it computed is not used.
@@ -98,7 +108,7 @@ class Work final : public RefCounted {
   bool must_issue() const noexcept { return must_issue_; }
   void set_must_issue() noexcept { must_issue_ = true; }
 
-  // Valid once done(). A GPU op whose inputs were still running when it was launched learns
+  // Valid once done() (or failed_at_launch()). A GPU op whose inputs were still running when it was launched learns
   // only later whether they failed: its error is then decided on the first read, from its
   // dependencies (all done by then).
   const std::exception_ptr& error() const noexcept {
@@ -157,7 +167,8 @@ class Work final : public RefCounted {
   std::uint64_t seq_ = 0;
   std::string name_;
   WorkKind kind_;
-  std::atomic<bool> launched_;
+  enum : std::uint8_t { kHeld, kLaunched, kLaunchedFailed };
+  std::atomic<std::uint8_t> launch_;
   bool must_issue_ = false;
   mutable std::exception_ptr error_;
   mutable std::atomic<bool> deferred_{false};

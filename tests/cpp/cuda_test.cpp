@@ -446,6 +446,36 @@ TEST(CudaTest, AUserEventGatesAGpuStreamWithoutTheHost) {
   });
 }
 
+// What stands behind a failed gate never runs, on the host or on the GPU: the wait fails at its
+// launch, and the ops launched right after it (before the GPU has passed the wait) must not
+// take it for still running. The same for an op of another stream waiting for them.
+TEST(CudaTest, NothingBehindAFailedGateRunsOnTheHostOrTheGpu) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    for (int round = 0; round < 20; ++round) {
+      DeviceWords w;
+      cudaMemset(w.p, 0, 2 * sizeof(unsigned long long));
+      std::atomic<int> ran{0};
+      ev::UserEvent gate;
+      ev::Stream s(kGpu), other(kGpu);
+      s.wait(gate);
+      ev::Event body = s.enqueue("host body", [&ran] { ran.fetch_add(1); });
+      ev::Event kernel = spin_on(s, 1000, w.p);
+      other.wait(kernel);
+      ev::Event later = other.enqueue("later host body", [&ran] { ran.fetch_add(1); });
+      gate.fail(std::make_exception_ptr(std::runtime_error("input not ready")));
+      EXPECT_THROW(later.wait(), ev::OpError);
+      EXPECT_THROW(kernel.wait(), ev::OpError);
+      EXPECT_EQ(body.status(), ev::EventStatus::failed);
+      EXPECT_EQ(kernel.status(), ev::EventStatus::failed);
+      EXPECT_EQ(later.status(), ev::EventStatus::failed);
+      EXPECT_EQ(ran.load(), 0) << "a host body behind the failed gate ran (round " << round << ")";
+      EXPECT_EQ(w.read(2), (std::vector<unsigned long long>{0, 0}))
+          << "the kernel behind the failed gate ran on the GPU (round " << round << ")";
+    }
+  });
+}
+
 TEST(CudaTest, ACpuOpWaitsForGpuWorkItReads) {
   REQUIRE_GPU();
   run_with_deadline([] {

@@ -223,7 +223,7 @@ class FakeStream final : public StreamState {
       // The device has failed: the work fails at once, in order.
       work->set_error(e);
       work->finish_timing();
-      work->set_launched(true);
+      work->set_launched();
       fake_timeline().write(work->seq());
       work->release_execution_state();
       return;  // its listeners fire at the next run() or notify(), as the watcher's would
@@ -256,7 +256,7 @@ class FakeStream final : public StreamState {
       return !d.work->done() && d.kind != detail::DepKind::order;
     });
     if (pending) work->decide_error_later();
-    work->set_launched(true);
+    work->set_launched();
     launched_.push_back(std::move(work));
   }
   void release_held_locked() {

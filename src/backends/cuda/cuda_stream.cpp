@@ -243,7 +243,7 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
     // it has been failed and passed by mark_broken).
     fail(lost);
     work->release_execution_state();
-    work->set_launched(true);
+    work->set_launched();
     timeline_.advance(work->seq());
     return nullptr;
   }
@@ -258,9 +258,14 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
     if (!work->error() || must_issue) {
       for (const Dep& dep : work->deps()) order_after(dep, decided_later);
     }
-    // Failures known now: the op is not launched at all (a collective is, and fails).
+    // Failures known now: the op is not launched at all (a collective is, and fails). Known
+    // are those of finished work and of work that failed at its launch, such as a wait for a
+    // failed event just before this op on its stream: it ran nothing, and its error is final
+    // before the GPU has passed it (what the op would run after it must not run: a host body's
+    // side effects, a kernel over inputs that were never written).
     for (const Dep& dep : work->deps()) {
-      if (dep.kind != DepKind::order && dep.work->done() && dep.work->error()) {
+      const Work& w = *dep.work;
+      if (dep.kind != DepKind::order && (w.done() || w.failed_at_launch()) && w.error()) {
         fail(detail::dependency_error(*work, dep));
         break;
       }
@@ -283,10 +288,10 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
     lost = std::current_exception();
     fail(lost);
   }
-  if (decided_later) work->decide_error_later();
+  if (decided_later && !work->error()) work->decide_error_later();
   // Its launch has ended, its kernels and its progress write are in the stream: other streams
   // may wait for it on the GPU from now on (Work::launched).
-  work->set_launched(true);
+  work->set_launched();
   bool newly_watched;
   {
     std::lock_guard lock(inflight_mu_);
