@@ -8,7 +8,9 @@
 //    nccl-tests defines it (algorithm bandwidth * 2 (n - 1) / n). Then the latency of a small
 //    all_reduce (8 bytes), back to back.
 //  * CPU: all_reduce of CPU tensors (MPI, on the stream's worker) against MPI_Allreduce
-//    called directly on the main thread, 4 bytes to 16 MiB.
+//    called directly on the main thread, 4 bytes to 16 MiB: into one output tensor (the direct
+//    call's pattern), a new tensor each, and one at a time (issue, then wait).
+//  (The GPU table also gives eventide into one output tensor, as ncclAllReduce writes one.)
 // Each figure is the time of `iters` back-to-back collectives, from a barrier to the end of
 // the last (both sides alike: the host clock), the best of 3 rounds. Rank 0 prints Markdown
 // tables: figure | eventide | direct | ratio.
@@ -80,22 +82,31 @@ void cpu_section(dist::Communicator& comm, bool quick) {
   MPI_Comm direct;
   MPI_Comm_dup(MPI_COMM_WORLD, &direct);
   if (g_rank == 0) {
-    std::printf("\n## all_reduce of CPU tensors (MPI), %d ranks\n\n", g_size);
-    std::printf("| size | eventide (us) | MPI_Allreduce (us) | ratio |\n|---|---|---|---|\n");
+    std::printf("\n## all_reduce of CPU tensors (MPI), %d ranks (us per collective)\n\n", g_size);
+    std::printf("| size | eventide, into one out | MPI_Allreduce | ratio | eventide, a new tensor each "
+                "| eventide, issue then wait each |\n|---|---|---|---|---|---|\n");
   }
   for (std::size_t bytes : {std::size_t{4}, std::size_t{1} << 10, std::size_t{1} << 20, std::size_t{16} << 20}) {
     const std::int64_t n = static_cast<std::int64_t>(bytes / 4);
     const int iters = std::min(iterations_for(bytes, quick), quick ? 100 : 1000);
     ev::Tensor in = ev::ones({n}, ev::DType::f32, ev::Device::cpu());
-    in.wait();
+    ev::Tensor into = ev::zeros({n}, ev::DType::f32, ev::Device::cpu());
+    into.wait();
+    // Like the direct call: every collective into one buffer.
+    const double ours = best_time(3, iters, [&] { comm.all_reduce(in, dist::ReduceOp::sum, into); },
+                                  [&] { into.wait(); });
+    // A new tensor each: issued far ahead, each holds its own fresh memory until it is done.
     ev::Tensor out;
-    const double ours = best_time(3, iters, [&] { out = comm.all_reduce(in); }, [&] { out.wait(); });
+    const double fresh = best_time(3, iters, [&] { out = comm.all_reduce(in); }, [&] { out.wait(); });
+    out = ev::Tensor();
+    const double one = best_time(3, std::max(iters / 4, 5), [&] { comm.all_reduce(in).wait(); }, [] {});
     std::vector<float> a(static_cast<std::size_t>(n), 1.0f), b(static_cast<std::size_t>(n));
     const double theirs = best_time(3, iters, [&] {
       MPI_Allreduce(a.data(), b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, direct);
     }, [] {});
     if (g_rank == 0) {
-      std::printf("| %s | %.2f | %.2f | %.2fx |\n", size_text(bytes).c_str(), ours * 1e6, theirs * 1e6, ours / theirs);
+      std::printf("| %s | %.2f | %.2f | %.2fx | %.2f | %.2f |\n", size_text(bytes).c_str(), ours * 1e6,
+                  theirs * 1e6, ours / theirs, fresh * 1e6, one * 1e6);
     }
   }
   MPI_Comm_free(&direct);
@@ -130,7 +141,8 @@ void gpu_section(dist::Communicator& comm, bool quick) {
 
   if (g_rank == 0) {
     std::printf("\n## all_reduce of GPU tensors (NCCL), %d ranks on %s..: bus bandwidth\n\n", g_size, dev.str().c_str());
-    std::printf("| size | eventide (GB/s) | ncclAllReduce (GB/s) | eventide / direct |\n|---|---|---|---|\n");
+    std::printf("| size | eventide (GB/s) | ncclAllReduce (GB/s) | eventide / direct | eventide into one out (GB/s) "
+                "| into / direct |\n|---|---|---|---|---|---|\n");
   }
   const std::size_t top = quick ? (std::size_t{256} << 20) : (std::size_t{1} << 30);
   for (std::size_t bytes = std::size_t{1} << 20; bytes <= top; bytes *= 4) {
@@ -147,13 +159,20 @@ void gpu_section(dist::Communicator& comm, bool quick) {
     check_nccl(ncclAllReduce(buf_in, buf_out, n, ncclFloat32, ncclSum, direct, raw), "ncclAllReduce");
     check_cuda(cudaStreamSynchronize(raw), "cudaStreamSynchronize");
     const double ours = best_time(3, iters, [&] { out = comm.all_reduce(in); }, [&] { out.wait(); });
+    out = ev::Tensor();
+    ev::Tensor into = ev::zeros({n}, ev::DType::f32, dev);
+    const double ours_into = best_time(3, iters, [&] { comm.all_reduce(in, dist::ReduceOp::sum, into); },
+                                       [&] { into.wait(); });
+    into = ev::Tensor();
     const double theirs = best_time(3, iters, [&] {
       ncclAllReduce(buf_in, buf_out, n, ncclFloat32, ncclSum, direct, raw);
     }, [&] { check_cuda(cudaStreamSynchronize(raw), "cudaStreamSynchronize"); });
     check_cuda(cudaFree(buf_out), "cudaFree");
     if (g_rank == 0) {
       const double a = bus_bandwidth_gbs(bytes, ours), b = bus_bandwidth_gbs(bytes, theirs);
-      std::printf("| %s | %.1f | %.1f | %.1f%% |\n", size_text(bytes).c_str(), a, b, 100.0 * a / b);
+      const double c = bus_bandwidth_gbs(bytes, ours_into);
+      std::printf("| %s | %.1f | %.1f | %.1f%% | %.1f | %.1f%% |\n", size_text(bytes).c_str(), a, b, 100.0 * a / b,
+                  c, 100.0 * c / b);
     }
   }
 

@@ -63,7 +63,8 @@ def busbw(nbytes: int, seconds: float) -> float:
 
 
 say(f"\n## all_reduce from Python, {size} ranks: bus bandwidth (GB/s)\n")
-say("| size | eventide | torch.distributed | eventide / torch |\n|---|---|---|---|")
+say("| size | eventide | torch.distributed (in place) | eventide / torch | eventide in place (out=) | in place / torch |\n"
+    "|---|---|---|---|---|---|")
 top = (256 if quick else 1024) << 20
 nbytes = 1 << 20
 while nbytes <= top:
@@ -80,8 +81,11 @@ while nbytes <= top:
         last[0] = comm.all_reduce(x)
 
     a = best(iters, ours, lambda: last[0].wait())
+    last[0] = None
+    c = best(iters, lambda: comm.all_reduce(x, out=x), lambda: x.wait())
     b = best(iters, lambda: td.all_reduce(y), torch.cuda.synchronize)
-    say(f"| {nbytes >> 20} MiB | {busbw(nbytes, a):.1f} | {busbw(nbytes, b):.1f} | {100 * busbw(nbytes, a) / busbw(nbytes, b):.1f}% |")
+    say(f"| {nbytes >> 20} MiB | {busbw(nbytes, a):.1f} | {busbw(nbytes, b):.1f} | {100 * b / a:.1f}% "
+        f"| {busbw(nbytes, c):.1f} | {100 * b / c:.1f}% |")
     nbytes *= 4
 
 x = ev.ones((2,), device=comm.device)

@@ -105,6 +105,16 @@ class Communicator {
   // A new tensor holding `root`'s t on every rank. Every rank passes a tensor of the same
   // shape and dtype; only the root's contents are read.
   Tensor broadcast(const Tensor& t, int root = 0) const;
+  // The same four into `out`, which they return: a tensor of the result's shape, dtype and
+  // device (InvalidArgument naming the difference otherwise), written by the op as by any op
+  // (it waits for out's earlier readers and writer). all_reduce and broadcast may run in place
+  // (out is t); all_gather's and reduce_scatter's out must not share memory with t. Each new
+  // tensor holds memory of its own until its op is done; collectives issued back to back into
+  // one `out` hold one buffer, as the libraries' own calls into a buffer do.
+  Tensor all_reduce(const Tensor& t, ReduceOp op, const Tensor& out) const;
+  Tensor all_gather(const Tensor& t, const Tensor& out) const;
+  Tensor reduce_scatter(const Tensor& t, ReduceOp op, const Tensor& out) const;
+  Tensor broadcast(const Tensor& t, int root, const Tensor& out) const;
   // Sends t to rank `dst`, which receives it with recv(). Returns an event recorded on the op:
   // it finishes once t's data has left (t may then be reused).
   Event send(const Tensor& t, int dst) const;

@@ -44,7 +44,8 @@ class TensorState;
 
 // Whether holders of a tensor's memory may write it. eventide's ops write only the new tensors
 // they return, never their inputs, so read-only memory is an input like any other; what must
-// not happen is that it is handed on as writable (DLPack export).
+// not happen is that it is handed on as writable (DLPack export) or given as the `out` of a
+// collective (eventide/distributed.hpp), which refuses it.
 enum class Access { read_write, read_only };
 
 class Tensor {

@@ -55,27 +55,37 @@ MPI, GPU tensors through NCCL. Every rank must issue the collectives in the same
            },
            "device"_a, "'nccl' or 'mpi': what carries tensors of `device`; '' for none.")
       .def("all_reduce",
-           [](const dist::Communicator& c, const Tensor& t, const std::string& op) {
+           [](const dist::Communicator& c, const Tensor& t, const std::string& op,
+              const std::optional<Tensor>& out) {
              const dist::ReduceOp o = to_op(op, "all_reduce");
-             return issue([&] { return c.all_reduce(t, o); });
+             return issue([&] { return out ? c.all_reduce(t, o, *out) : c.all_reduce(t, o); });
            },
-           "tensor"_a, "op"_a = "sum",
-           "A new tensor: `tensor` reduced over the ranks ('sum', 'prod', 'max', 'min', 'avg').")
+           "tensor"_a, "op"_a = "sum", py::kw_only(), "out"_a = py::none(),
+           "`tensor` reduced over the ranks ('sum', 'prod', 'max', 'min', 'avg'): a new tensor, or "
+           "`out` (which may be `tensor` itself: in place) written by the op and returned.")
       .def("all_gather",
-           [](const dist::Communicator& c, const Tensor& t) { return issue([&] { return c.all_gather(t); }); },
-           "tensor"_a, "A new tensor: the ranks' tensors concatenated along the first dimension, in rank order.")
+           [](const dist::Communicator& c, const Tensor& t, const std::optional<Tensor>& out) {
+             return issue([&] { return out ? c.all_gather(t, *out) : c.all_gather(t); });
+           },
+           "tensor"_a, py::kw_only(), "out"_a = py::none(),
+           "The ranks' tensors concatenated along the first dimension, in rank order: a new tensor, "
+           "or `out` (apart from `tensor`'s memory) written by the op and returned.")
       .def("reduce_scatter",
-           [](const dist::Communicator& c, const Tensor& t, const std::string& op) {
+           [](const dist::Communicator& c, const Tensor& t, const std::string& op,
+              const std::optional<Tensor>& out) {
              const dist::ReduceOp o = to_op(op, "reduce_scatter");
-             return issue([&] { return c.reduce_scatter(t, o); });
+             return issue([&] { return out ? c.reduce_scatter(t, o, *out) : c.reduce_scatter(t, o); });
            },
-           "tensor"_a, "op"_a = "sum",
-           "A new tensor: this rank's part (along the first dimension) of `tensor` reduced over the ranks.")
+           "tensor"_a, "op"_a = "sum", py::kw_only(), "out"_a = py::none(),
+           "This rank's part (along the first dimension) of `tensor` reduced over the ranks: a new "
+           "tensor, or `out` (apart from `tensor`'s memory) written by the op and returned.")
       .def("broadcast",
-           [](const dist::Communicator& c, const Tensor& t, int root) {
-             return issue([&] { return c.broadcast(t, root); });
+           [](const dist::Communicator& c, const Tensor& t, int root, const std::optional<Tensor>& out) {
+             return issue([&] { return out ? c.broadcast(t, root, *out) : c.broadcast(t, root); });
            },
-           "tensor"_a, "root"_a = 0, "A new tensor holding rank `root`'s `tensor` on every rank.")
+           "tensor"_a, "root"_a = 0, py::kw_only(), "out"_a = py::none(),
+           "Rank `root`'s `tensor` on every rank: a new tensor, or `out` (which may be `tensor` "
+           "itself: in place) written by the op and returned.")
       .def("send",
            [](const dist::Communicator& c, const Tensor& t, int dst) { return issue([&] { return c.send(t, dst); }); },
            "tensor"_a, "dst"_a,

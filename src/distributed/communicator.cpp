@@ -187,11 +187,44 @@ struct Issue {
     return std::make_shared<rt::TensorState>(std::move(shape), dtype, device, std::move(storage));
   }
 
-  // The shape of the collectives that read `in` and make a new tensor: the output of `shape`
-  // (in's dtype), then `call(transport, src, dst, dtype, native stream)` launched as the op.
+  // The caller's `into` as the output of `shape` (in's dtype), checked: its device, dtype and
+  // shape are the result's, and its memory is apart from in's, or (where `in_place`) in's own.
+  std::shared_ptr<rt::TensorState> given_output(const rt::TensorState& in, const Shape& shape,
+                                                const Tensor& into, bool in_place) const {
+    if (!into.defined()) throw InvalidArgument(op + ": out is undefined");
+    const std::shared_ptr<rt::TensorState>& out = into.state();
+    if (out->device != in.device) {
+      throw InvalidArgument(op + ": out is on " + out->device.str() + ", the tensor on " + in.device.str());
+    }
+    if (out->dtype != in.dtype) {
+      throw InvalidArgument(op + ": out has dtype " + std::string(name(out->dtype)) + ", the result " +
+                            std::string(name(in.dtype)));
+    }
+    if (out->shape != shape) {
+      throw InvalidArgument(op + ": out has shape " + dims(out->shape) + ", the result " + dims(shape));
+    }
+    if (out->storage->access() == Access::read_only) {
+      throw InvalidArgument(op + ": out is read-only memory (lent as read-only by another library)");
+    }
+    const auto* a = static_cast<const char*>(in.storage->data());
+    const auto* b = static_cast<const char*>(out->storage->data());
+    const std::size_t a_bytes = static_cast<std::size_t>(in.numel) * itemsize(in.dtype);
+    const std::size_t b_bytes = static_cast<std::size_t>(out->numel) * itemsize(out->dtype);
+    const bool overlap = a_bytes > 0 && b_bytes > 0 && a < b + b_bytes && b < a + a_bytes;
+    const bool same = a == b && a_bytes == b_bytes;
+    if (overlap && !(same && in_place)) {
+      throw InvalidArgument(op + (same ? ": out is the input's memory, and " + op + " cannot run in place"
+                                       : ": out overlaps the input's memory"));
+    }
+    return out;
+  }
+
+  // The shape of the collectives that read `in` and write a tensor: the output (a new tensor
+  // of `shape`, in's dtype, or the caller's `into`), then `call(transport, src, dst, dtype,
+  // native stream)` launched as the op.
   template <class Call>
-  Tensor produce(rt::TensorState& in, Shape shape, Call call) {
-    auto out = output(std::move(shape), in.dtype);
+  Tensor produce(rt::TensorState& in, Shape shape, const Tensor* into, bool in_place, Call call) {
+    auto out = into ? given_output(in, shape, *into, in_place) : output(std::move(shape), in.dtype);
     const DType dtype = in.dtype;
     const void* src = in.storage->data();
     void* dst = out->storage->data();
@@ -302,20 +335,20 @@ std::string Communicator::str() const {
   return out + ")";
 }
 
-Tensor Communicator::all_reduce(const Tensor& t, ReduceOp op) const {
-  CommunicatorState& s = state_of(state_);
+namespace {
+
+Tensor all_reduce_into(CommunicatorState& s, const Tensor& t, ReduceOp op, const Tensor* into) {
   rt::TensorState& in = input(t, "all_reduce");
   Issue issue(s, "all_reduce", in.device);
   check_reduction(issue, in.dtype, op);
   issue.check_count(in.numel);
   const auto count = static_cast<std::size_t>(in.numel);
-  return issue.produce(in, in.shape, [=](Transport& tr, const void* src, void* dst, DType dtype, void* stream) {
+  return issue.produce(in, in.shape, into, true, [=](Transport& tr, const void* src, void* dst, DType dtype, void* stream) {
     tr.all_reduce(src, dst, count, dtype, op, stream);
   });
 }
 
-Tensor Communicator::all_gather(const Tensor& t) const {
-  CommunicatorState& s = state_of(state_);
+Tensor all_gather_into(CommunicatorState& s, const Tensor& t, const Tensor* into) {
   rt::TensorState& in = input(t, "all_gather");
   Issue issue(s, "all_gather", in.device);
   issue.check_count(in.numel);
@@ -327,13 +360,12 @@ Tensor Communicator::all_gather(const Tensor& t) const {
                           " ranks is too large to address");
   }
   const auto count = static_cast<std::size_t>(in.numel);
-  return issue.produce(in, std::move(shape), [=](Transport& tr, const void* src, void* dst, DType dtype, void* stream) {
+  return issue.produce(in, std::move(shape), into, false, [=](Transport& tr, const void* src, void* dst, DType dtype, void* stream) {
     tr.all_gather(src, dst, count, dtype, stream);
   });
 }
 
-Tensor Communicator::reduce_scatter(const Tensor& t, ReduceOp op) const {
-  CommunicatorState& s = state_of(state_);
+Tensor reduce_scatter_into(CommunicatorState& s, const Tensor& t, ReduceOp op, const Tensor* into) {
   rt::TensorState& in = input(t, "reduce_scatter");
   Issue issue(s, "reduce_scatter", in.device);
   check_reduction(issue, in.dtype, op);
@@ -346,21 +378,45 @@ Tensor Communicator::reduce_scatter(const Tensor& t, ReduceOp op) const {
   const std::int64_t each = in.numel / s.size;  // the elements of the output
   issue.check_count(each);
   const auto count = static_cast<std::size_t>(each);
-  return issue.produce(in, std::move(shape), [=](Transport& tr, const void* src, void* dst, DType dtype, void* stream) {
+  return issue.produce(in, std::move(shape), into, false, [=](Transport& tr, const void* src, void* dst, DType dtype, void* stream) {
     tr.reduce_scatter(src, dst, count, dtype, op, stream);
   });
 }
 
-Tensor Communicator::broadcast(const Tensor& t, int root) const {
-  CommunicatorState& s = state_of(state_);
+Tensor broadcast_into(CommunicatorState& s, const Tensor& t, int root, const Tensor* into) {
   rt::TensorState& in = input(t, "broadcast");
   check_rank(s, "broadcast", "root", root);
   Issue issue(s, "broadcast", in.device);
   issue.check_count(in.numel);
   const auto count = static_cast<std::size_t>(in.numel);
-  return issue.produce(in, in.shape, [=](Transport& tr, const void* src, void* dst, DType dtype, void* stream) {
+  return issue.produce(in, in.shape, into, true, [=](Transport& tr, const void* src, void* dst, DType dtype, void* stream) {
     tr.broadcast(src, dst, count, dtype, root, stream);
   });
+}
+
+}  // namespace
+
+Tensor Communicator::all_reduce(const Tensor& t, ReduceOp op) const {
+  return all_reduce_into(state_of(state_), t, op, nullptr);
+}
+Tensor Communicator::all_reduce(const Tensor& t, ReduceOp op, const Tensor& out) const {
+  return all_reduce_into(state_of(state_), t, op, &out);
+}
+Tensor Communicator::all_gather(const Tensor& t) const { return all_gather_into(state_of(state_), t, nullptr); }
+Tensor Communicator::all_gather(const Tensor& t, const Tensor& out) const {
+  return all_gather_into(state_of(state_), t, &out);
+}
+Tensor Communicator::reduce_scatter(const Tensor& t, ReduceOp op) const {
+  return reduce_scatter_into(state_of(state_), t, op, nullptr);
+}
+Tensor Communicator::reduce_scatter(const Tensor& t, ReduceOp op, const Tensor& out) const {
+  return reduce_scatter_into(state_of(state_), t, op, &out);
+}
+Tensor Communicator::broadcast(const Tensor& t, int root) const {
+  return broadcast_into(state_of(state_), t, root, nullptr);
+}
+Tensor Communicator::broadcast(const Tensor& t, int root, const Tensor& out) const {
+  return broadcast_into(state_of(state_), t, root, &out);
 }
 
 Event Communicator::send(const Tensor& t, int dst) const {

@@ -147,7 +147,9 @@ class MpiTransport final : public Transport {
 
   void all_reduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
                   void*) override {
-    blocking("MPI_Allreduce", [&] { return MPI_Allreduce(in, out, as_count(count), type(dtype), reduction(dtype, op), comm_); });
+    // (In place: MPI forbids the same buffer as both arguments.)
+    const void* send = in == out ? MPI_IN_PLACE : in;
+    blocking("MPI_Allreduce", [&] { return MPI_Allreduce(send, out, as_count(count), type(dtype), reduction(dtype, op), comm_); });
     if (op == ReduceOp::avg) divide(out, count, dtype, size_);
   }
 
@@ -169,7 +171,7 @@ class MpiTransport final : public Transport {
                  void*) override {
     int rank = 0;
     MPI_Comm_rank(comm_, &rank);
-    if (rank == root && count > 0) std::memcpy(out, in, count * itemsize(dtype));
+    if (rank == root && count > 0 && in != out) std::memcpy(out, in, count * itemsize(dtype));
     blocking("MPI_Bcast", [&] { return MPI_Bcast(out, as_count(count), type(dtype), root, comm_); });
   }
 

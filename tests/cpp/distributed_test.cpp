@@ -289,3 +289,66 @@ TEST(DistributedTest, APerThreadDefaultStreamIsRefusedForCollectives) {
   ev::StreamGuard guard(per_thread);
   EXPECT_THROW(c.all_reduce(filled(2, 1.0)), ev::InvalidArgument);
 }
+
+// Collectives into a tensor the caller gives: written by the op as by any op, returned, and
+// (all_reduce, broadcast) in place; what cannot work is refused by name on every rank alike.
+TEST(DistributedTest, CollectivesWriteIntoAGivenOutputAndAllReduceRunsInPlace) {
+  dist::Communicator c = comm();
+  const double n = c.size();
+  const ev::Device dev = test_device();
+  ev::Tensor in = filled(6, c.rank() + 1.0);
+  ev::Tensor out = filled(6, -7.0);
+  ev::Tensor got = c.all_reduce(in, dist::ReduceOp::sum, out);
+  EXPECT_EQ(got.data_ptr(), out.data_ptr());
+  for (double v : read(out)) EXPECT_EQ(v, n * (n + 1) / 2);
+  for (double v : read(in)) EXPECT_EQ(v, c.rank() + 1.0) << "the input is not written";
+  // In place, back to back: each reads what the one before wrote.
+  ev::Tensor acc = filled(6, 1.0);
+  for (int i = 0; i < 5; ++i) c.all_reduce(acc, dist::ReduceOp::sum, acc);
+  for (double v : read(acc)) EXPECT_EQ(v, std::pow(n, 5));
+  // An op issued before the collective that reads `out` sees the old contents.
+  ev::Tensor reused = filled(4, 3.0);
+  ev::Tensor before = ev::add(reused, reused);
+  c.all_reduce(filled(4, 1.0), dist::ReduceOp::sum, reused);
+  for (double v : read(before)) EXPECT_EQ(v, 6.0);
+  for (double v : read(reused)) EXPECT_EQ(v, n);
+
+  ev::Tensor b = filled(3, c.rank() == 0 ? 5.0 : 0.0);
+  EXPECT_EQ(c.broadcast(b, 0, b).data_ptr(), b.data_ptr());
+  for (double v : read(b)) EXPECT_EQ(v, 5.0);
+  ev::Tensor gathered = ev::zeros({2 * c.size()}, ev::DType::f32, dev);
+  c.all_gather(filled(2, c.rank()), gathered);
+  std::vector<double> g = read(gathered);
+  for (int r = 0; r < c.size(); ++r) EXPECT_EQ(g[static_cast<std::size_t>(2 * r + 1)], r);
+  ev::Tensor part = ev::zeros({2}, ev::DType::f32, dev);
+  c.reduce_scatter(filled(2 * c.size(), 1.0), dist::ReduceOp::sum, part);
+  for (double v : read(part)) EXPECT_EQ(v, n);
+
+  auto refused = [](auto&& call, const std::string& why) {
+    try {
+      call();
+      ADD_FAILURE() << "not refused: " << why;
+    } catch (const ev::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused([&] { c.all_reduce(in, dist::ReduceOp::sum, filled(5, 0.0)); }, "out has shape [5], the result [6]");
+  refused([&] { c.all_reduce(in, dist::ReduceOp::sum, filled(6, 0.0, ev::DType::f64)); }, "out has dtype f64");
+  refused([&] { c.all_reduce(in, dist::ReduceOp::sum, ev::Tensor()); }, "out is undefined");
+  if (!dev.is_cpu()) {
+    refused([&] { c.broadcast(in, 0, ev::zeros({6}, ev::DType::f32, ev::Device::cpu())); }, "out is on cpu");
+  }
+  // Tensors over the memory of another: all_gather and reduce_scatter cannot run in place.
+  ev::Tensor wide = filled(2 * c.size(), 1.0);
+  auto over_wide = [&](ev::Shape shape) {
+    return ev::from_external({wide.data_ptr(), std::make_shared<ev::Tensor>(wide)}, std::move(shape),
+                             ev::DType::f32, dev);
+  };
+  refused([&] { c.all_gather(over_wide({2}), wide); }, "the input's memory");
+  refused([&] { c.reduce_scatter(wide, dist::ReduceOp::sum, over_wide({2})); }, "the input's memory");
+  ev::Tensor ro = ev::from_external({out.data_ptr(), std::make_shared<ev::Tensor>(out), ev::Access::read_only}, {6},
+                                    ev::DType::f32, dev);
+  refused([&] { c.all_reduce(in, dist::ReduceOp::sum, ro); }, "out is read-only memory");
+  // Every rank still agrees on what comes next.
+  for (double v : read(c.all_reduce(filled(1, 2.0)))) EXPECT_EQ(v, 2.0 * c.size());
+}

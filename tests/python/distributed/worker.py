@@ -60,6 +60,26 @@ root = size - 1
 b = host(comm.broadcast(ev.full((4,), 7.0 if rank == root else 0.0, device=on), root=root))
 np.testing.assert_array_equal(b, np.full(4, 7.0, dtype=np.float32))
 
+# Into a tensor of the caller's (out=): returned, written in place for all_reduce, and the
+# NumPy view of a CPU output sees the result; a wrong out is refused by name on every rank.
+acc = ev.ones((5,), device=on)
+for _ in range(3):
+    assert comm.all_reduce(acc, out=acc) is not None
+np.testing.assert_array_equal(host(acc), np.full(5, size ** 3, dtype=np.float32))
+dst = ev.zeros((2 * size,), device=on)
+got = comm.all_gather(ev.full((2,), float(rank), device=on), out=dst)
+np.testing.assert_array_equal(host(dst), np.repeat(np.arange(size, dtype=np.float32), 2))
+np.testing.assert_array_equal(host(got), host(dst))
+for call, why in ((lambda: comm.all_reduce(acc, out=ev.zeros((4,), device=on)), "out has shape [4], the result [5]"),
+                  (lambda: comm.broadcast(acc, out=ev.zeros((5,), dtype=ev.float64, device=on)), "out has dtype float64, the result float32"),
+                  (lambda: comm.all_gather(dst, out=dst), "cannot run in place" if size == 1 else "out has shape")):
+    try:
+        call()
+    except ev.InvalidArgumentError as e:
+        assert why in str(e), e
+    else:
+        raise AssertionError(f"accepted: {why}")
+
 # send / recv between ranks 0 and 1.
 if size >= 2 and rank == 0:
     assert comm.send(ev.full((3,), 5.0, ev.int64, device=on), dst=1).wait(timeout=LIMIT_S)
