@@ -107,10 +107,11 @@ class Communicator {
   Tensor broadcast(const Tensor& t, int root = 0) const;
   // The same four into `out`, which they return: a tensor of the result's shape, dtype and
   // device (InvalidArgument naming the difference otherwise), written by the op as by any op
-  // (it waits for out's earlier readers and writer). all_reduce and broadcast may run in place
-  // (out is t); all_gather's and reduce_scatter's out must not share memory with t. Each new
-  // tensor holds memory of its own until its op is done; collectives issued back to back into
-  // one `out` hold one buffer, as the libraries' own calls into a buffer do.
+  // (it waits for out's earlier readers and writer; the writer's failure is not its own, as it
+  // overwrites out whole). all_reduce and broadcast may run in place: out is t itself (not
+  // another tensor over t's memory); otherwise out must not share memory with t, nor be
+  // read-only. Each new tensor holds memory of its own until its op is done; collectives issued
+  // back to back into one `out` hold one buffer, as the libraries' own calls into a buffer do.
   Tensor all_reduce(const Tensor& t, ReduceOp op, const Tensor& out) const;
   Tensor all_gather(const Tensor& t, const Tensor& out) const;
   Tensor reduce_scatter(const Tensor& t, ReduceOp op, const Tensor& out) const;

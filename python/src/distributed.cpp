@@ -62,14 +62,14 @@ MPI, GPU tensors through NCCL. Every rank must issue the collectives in the same
            },
            "tensor"_a, "op"_a = "sum", py::kw_only(), "out"_a = py::none(),
            "`tensor` reduced over the ranks ('sum', 'prod', 'max', 'min', 'avg'): a new tensor, or "
-           "`out` (which may be `tensor` itself: in place) written by the op and returned.")
+           "`out` (which may be `tensor` itself: in place) written by the op (the result is a tensor of out's memory).")
       .def("all_gather",
            [](const dist::Communicator& c, const Tensor& t, const std::optional<Tensor>& out) {
              return issue([&] { return out ? c.all_gather(t, *out) : c.all_gather(t); });
            },
            "tensor"_a, py::kw_only(), "out"_a = py::none(),
            "The ranks' tensors concatenated along the first dimension, in rank order: a new tensor, "
-           "or `out` (apart from `tensor`'s memory) written by the op and returned.")
+           "or `out` (apart from `tensor`'s memory) written by the op (the result is a tensor of out's memory).")
       .def("reduce_scatter",
            [](const dist::Communicator& c, const Tensor& t, const std::string& op,
               const std::optional<Tensor>& out) {
@@ -78,14 +78,14 @@ MPI, GPU tensors through NCCL. Every rank must issue the collectives in the same
            },
            "tensor"_a, "op"_a = "sum", py::kw_only(), "out"_a = py::none(),
            "This rank's part (along the first dimension) of `tensor` reduced over the ranks: a new "
-           "tensor, or `out` (apart from `tensor`'s memory) written by the op and returned.")
+           "tensor, or `out` (apart from `tensor`'s memory) written by the op (the result is a tensor of out's memory).")
       .def("broadcast",
            [](const dist::Communicator& c, const Tensor& t, int root, const std::optional<Tensor>& out) {
              return issue([&] { return out ? c.broadcast(t, root, *out) : c.broadcast(t, root); });
            },
            "tensor"_a, "root"_a = 0, py::kw_only(), "out"_a = py::none(),
            "Rank `root`'s `tensor` on every rank: a new tensor, or `out` (which may be `tensor` "
-           "itself: in place) written by the op and returned.")
+           "itself: in place) written by the op (the result is a tensor of out's memory).")
       .def("send",
            [](const dist::Communicator& c, const Tensor& t, int dst) { return issue([&] { return c.send(t, dst); }); },
            "tensor"_a, "dst"_a,

@@ -65,7 +65,8 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   if (const Ref<Work>& gate = current_gate()) deps.push_back(Dep{gate, DepKind::gate});
   try {
     for (TensorState* t : reads) t->use_for_read(work, deps);
-    for (TensorState* t : writes) t->use_for_write(work, deps);
+    const DepKind writer = options.overwrites ? DepKind::order : DepKind::input;
+    for (TensorState* t : writes) t->use_for_write(work, deps, writer);
   } catch (...) {
     // Out of memory half-way through the hazards: some tensors may already name this work,
     // so it must still finish, in order. It fails instead of running.

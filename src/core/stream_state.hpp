@@ -52,6 +52,10 @@ struct LaunchOptions {
   Ref<Work> after;
   // The body runs even if a dependency failed (Work::must_issue).
   bool must_issue = false;
+  // The op overwrites its `writes` whole and never reads them: their earlier writer orders it,
+  // but that writer's failure does not become the op's (a collective into a caller's out,
+  // reused after one that failed).
+  bool overwrites = false;
 };
 
 class StreamState : public std::enable_shared_from_this<StreamState> {

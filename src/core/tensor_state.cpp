@@ -20,9 +20,9 @@ void TensorState::use_for_read(const Ref<Work>& work, Work::Deps& deps) {
   readers_.push_back(work);
 }
 
-void TensorState::use_for_write(const Ref<Work>& work, Work::Deps& deps) {
+void TensorState::use_for_write(const Ref<Work>& work, Work::Deps& deps, DepKind after_writer) {
   std::lock_guard lock(mu_);
-  if (writer_ && writer_ != work) deps.push_back(Dep{writer_, DepKind::input});
+  if (writer_ && writer_ != work) deps.push_back(Dep{writer_, after_writer});
   for (const Ref<Work>& r : readers_) {
     if (&r->timeline() != &work->timeline() && !r->done()) deps.push_back(Dep{r, DepKind::order});
   }

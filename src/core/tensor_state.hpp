@@ -79,9 +79,11 @@ class TensorState {
 
   // --- For StreamState::launch, under the stream's submit lock. ---
   // Registers `work` as reading (writing) this tensor and appends to `deps` what it must
-  // wait for. May throw std::bad_alloc; the launch then fails the work in order.
+  // wait for. May throw std::bad_alloc; the launch then fails the work in order. A write
+  // depends on the earlier writer as `after_writer` says: an input (its failure becomes the
+  // write's) unless the op overwrites the tensor whole without reading it (LaunchOptions).
   void use_for_read(const Ref<Work>& work, Work::Deps& deps);
-  void use_for_write(const Ref<Work>& work, Work::Deps& deps);
+  void use_for_write(const Ref<Work>& work, Work::Deps& deps, DepKind after_writer = DepKind::input);
 
  private:
   mutable SpinLock mu_;

@@ -92,8 +92,9 @@ class Work final : public RefCounted {
   bool launched() const noexcept { return launch_.load(std::memory_order_acquire) != kHeld; }
   // Marks the launch as ended, by the thread that launched it. A work that failed by then
   // (a dependency's known failure, a broken device, a launch error) ran nothing on the
-  // device, and its error is final from here on, although it is not done() yet: work
-  // launched after it reads failed_at_launch() and fails rather than runs.
+  // device (but a collective, which is issued all the same: must_issue), and its error is
+  // final from here on, although it is not done() yet: work launched after it reads
+  // failed_at_launch() and fails rather than runs. Nothing may set its error again.
   void set_launched() noexcept {
     launch_.store(error_ ? kLaunchedFailed : kLaunched, std::memory_order_release);
   }
@@ -108,9 +109,9 @@ class Work final : public RefCounted {
   bool must_issue() const noexcept { return must_issue_; }
   void set_must_issue() noexcept { must_issue_ = true; }
 
-  // Valid once done() (or failed_at_launch()). A GPU op whose inputs were still running when it was launched learns
-  // only later whether they failed: its error is then decided on the first read, from its
-  // dependencies (all done by then).
+  // Valid once done() (or failed_at_launch()). A GPU op whose inputs were still running when
+  // it was launched learns only later whether they failed: its error is then decided on the
+  // first read, from its dependencies (all done by then).
   const std::exception_ptr& error() const noexcept {
     if (deferred_.load(std::memory_order_acquire)) decide_error();
     return error_;

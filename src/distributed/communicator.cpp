@@ -210,11 +210,16 @@ struct Issue {
     const auto* b = static_cast<const char*>(out->storage->data());
     const std::size_t a_bytes = static_cast<std::size_t>(in.numel) * itemsize(in.dtype);
     const std::size_t b_bytes = static_cast<std::size_t>(out->numel) * itemsize(out->dtype);
+    // In place is the input tensor itself: another tensor over its memory would keep the
+    // op's read and write apart, each ordered against its own tensor's users only.
+    if (out.get() == &in) {
+      if (!in_place) throw InvalidArgument(op + ": out is the input, and " + op + " cannot run in place");
+      return out;
+    }
     const bool overlap = a_bytes > 0 && b_bytes > 0 && a < b + b_bytes && b < a + a_bytes;
-    const bool same = a == b && a_bytes == b_bytes;
-    if (overlap && !(same && in_place)) {
-      throw InvalidArgument(op + (same ? ": out is the input's memory, and " + op + " cannot run in place"
-                                       : ": out overlaps the input's memory"));
+    if (overlap) {
+      throw InvalidArgument(op + ": out overlaps the input's memory through another tensor" +
+                            (in_place ? std::string(" (to run in place, pass the input itself as out)") : ""));
     }
     return out;
   }
@@ -228,7 +233,11 @@ struct Issue {
     const DType dtype = in.dtype;
     const void* src = in.storage->data();
     void* dst = out->storage->data();
-    launch({&in}, {out.get()}, [=](Transport& tr, void* stream) { call(tr, src, dst, dtype, stream); });
+    // Into a caller's out other than the input: out is overwritten whole, and a failure of its
+    // earlier writer is not this collective's.
+    const bool overwrites = into && out.get() != &in;
+    launch({&in}, {out.get()}, [=](Transport& tr, void* stream) { call(tr, src, dst, dtype, stream); },
+           overwrites);
     return Tensor(std::move(out));
   }
 
@@ -236,7 +245,8 @@ struct Issue {
   // the chain's last.
   template <class Call>
   rt::Ref<rt::Work> launch(std::initializer_list<rt::TensorState*> reads,
-                           std::initializer_list<rt::TensorState*> writes, Call call) {
+                           std::initializer_list<rt::TensorState*> writes, Call call,
+                           bool overwrites = false) {
     Chain& chain = comm.chain_of(transport);
     std::lock_guard lock(chain.mu);
     // (Again under the chain's lock, which finalize() takes to end the communicator: nothing
@@ -247,6 +257,7 @@ struct Issue {
     rt::LaunchOptions options;
     options.after = chain.last;
     options.must_issue = true;
+    options.overwrites = overwrites;
     // The body keeps the memory it touches; the transport outlives it (see the top).
     std::vector<rt::Ref<rt::Storage>> keep;
     for (rt::TensorState* t : reads) keep.push_back(t->storage);

@@ -147,9 +147,11 @@ class MpiTransport final : public Transport {
 
   void all_reduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
                   void*) override {
-    // (In place: MPI forbids the same buffer as both arguments.)
-    const void* send = in == out ? MPI_IN_PLACE : in;
-    blocking("MPI_Allreduce", [&] { return MPI_Allreduce(send, out, as_count(count), type(dtype), reduction(dtype, op), comm_); });
+    // Always in place: MPI wants MPI_IN_PLACE from every rank or from none, and a rank cannot
+    // know how the others called; so `in` is first copied to `out` (as Open MPI's algorithms
+    // copy the send buffer before they reduce).
+    if (in != out && count > 0) std::memcpy(out, in, count * itemsize(dtype));
+    blocking("MPI_Allreduce", [&] { return MPI_Allreduce(MPI_IN_PLACE, out, as_count(count), type(dtype), reduction(dtype, op), comm_); });
     if (op == ReduceOp::avg) divide(out, count, dtype, size_);
   }
 

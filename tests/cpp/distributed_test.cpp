@@ -344,11 +344,25 @@ TEST(DistributedTest, CollectivesWriteIntoAGivenOutputAndAllReduceRunsInPlace) {
     return ev::from_external({wide.data_ptr(), std::make_shared<ev::Tensor>(wide)}, std::move(shape),
                              ev::DType::f32, dev);
   };
-  refused([&] { c.all_gather(over_wide({2}), wide); }, "the input's memory");
-  refused([&] { c.reduce_scatter(wide, dist::ReduceOp::sum, over_wide({2})); }, "the input's memory");
+  refused([&] { c.all_gather(over_wide({2}), wide); }, "out overlaps the input's memory through another tensor");
+  refused([&] { c.reduce_scatter(wide, dist::ReduceOp::sum, over_wide({2})); }, "out overlaps the input's memory");
+  if (c.size() == 1) refused([&] { c.all_gather(wide, wide); }, "all_gather cannot run in place");
+  // In place is the input tensor itself, not another tensor over its memory (whose users the
+  // collective would not be ordered against).
+  refused([&] { c.all_reduce(wide, dist::ReduceOp::sum, over_wide({2 * c.size()})); },
+          "to run in place, pass the input itself as out");
   ev::Tensor ro = ev::from_external({out.data_ptr(), std::make_shared<ev::Tensor>(out), ev::Access::read_only}, {6},
                                     ev::DType::f32, dev);
   refused([&] { c.all_reduce(in, dist::ReduceOp::sum, ro); }, "out is read-only memory");
   // Every rank still agrees on what comes next.
   for (double v : read(c.all_reduce(filled(1, 2.0)))) EXPECT_EQ(v, 2.0 * c.size());
+  // A failure of out's earlier writer is not the next collective's: it overwrites out whole.
+  // (In place, out is also the input, and a failed input fails the collective as usual.)
+  ev::Tensor buf = filled(2, 0.0);
+  if (c.rank() == 0) {
+    ev::Stream::current(dev).enqueue("broken", [] { throw std::runtime_error("broken buffer"); }, {}, {buf});
+  }
+  ev::Tensor fresh = c.all_reduce(filled(2, 1.0), dist::ReduceOp::sum, buf);
+  for (double v : read(fresh)) EXPECT_EQ(v, n);
+  EXPECT_FALSE(fresh.error());
 }

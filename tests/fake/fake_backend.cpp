@@ -207,7 +207,7 @@ class FakeStream final : public StreamState {
       held_.clear();
     }
     for (auto& w : lost) {
-      w->set_error(error);
+      if (!w->error()) w->set_error(error);  // an error set at launch is final
       w->finish_timing();
       fake_timeline().write(w->seq());
       w->release_execution_state();
@@ -268,7 +268,8 @@ class FakeStream final : public StreamState {
   }
   // Runs one work whose dependencies have all passed, as the device would.
   void execute(Work& work) {
-    std::exception_ptr error = work.error();  // decides a deferred one: the deps are done
+    const std::exception_ptr had = work.error();  // decides a deferred one: the deps are done
+    std::exception_ptr error = had;
     if (!error) error = detail::first_dependency_error(work);
     if (!error && work.body()) {
       detail::set_running_work(&work);
@@ -279,7 +280,7 @@ class FakeStream final : public StreamState {
       }
       detail::set_running_work(nullptr);
     }
-    if (error) work.set_error(error);
+    if (error && !had) work.set_error(error);  // (an error set before is final: others read it)
     if (work.timed()) {
       auto [start, end] = owner_.take_time(work.kind() == detail::WorkKind::op);
       owner_.add_timing(Ref<Work>(&work), start, end);  // late: deliver_timings()
