@@ -188,7 +188,7 @@ struct Issue {
   }
 
   // The caller's `into` as the output of `shape` (in's dtype), checked: its device, dtype and
-  // shape are the result's, and its memory is apart from in's, or (where `in_place`) in's own.
+  // shape are the result's, and it is `in` itself (where `in_place`) or apart from in's memory.
   std::shared_ptr<rt::TensorState> given_output(const rt::TensorState& in, const Shape& shape,
                                                 const Tensor& into, bool in_place) const {
     if (!into.defined()) throw InvalidArgument(op + ": out is undefined");
@@ -206,16 +206,16 @@ struct Issue {
     if (out->storage->access() == Access::read_only) {
       throw InvalidArgument(op + ": out is read-only memory (lent as read-only by another library)");
     }
-    const auto* a = static_cast<const char*>(in.storage->data());
-    const auto* b = static_cast<const char*>(out->storage->data());
-    const std::size_t a_bytes = static_cast<std::size_t>(in.numel) * itemsize(in.dtype);
-    const std::size_t b_bytes = static_cast<std::size_t>(out->numel) * itemsize(out->dtype);
     // In place is the input tensor itself: another tensor over its memory would keep the
     // op's read and write apart, each ordered against its own tensor's users only.
     if (out.get() == &in) {
       if (!in_place) throw InvalidArgument(op + ": out is the input, and " + op + " cannot run in place");
       return out;
     }
+    const auto* a = static_cast<const char*>(in.storage->data());
+    const auto* b = static_cast<const char*>(out->storage->data());
+    const std::size_t a_bytes = static_cast<std::size_t>(in.numel) * itemsize(in.dtype);
+    const std::size_t b_bytes = static_cast<std::size_t>(out->numel) * itemsize(out->dtype);
     const bool overlap = a_bytes > 0 && b_bytes > 0 && a < b + b_bytes && b < a + a_bytes;
     if (overlap) {
       throw InvalidArgument(op + ": out overlaps the input's memory through another tensor" +
