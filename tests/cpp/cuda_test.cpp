@@ -640,7 +640,10 @@ TEST(CudaTest, ElapsedTimeBetweenMarkersAgreesWithACudaEventPair) {
         // contains the other's record calls; the stream busy at the start, so that both start
         // records wait in it and only the device's reading is compared (on an idle stream the
         // host's call between the two first records would be: ADrainedGpuStream... covers it).
-        eventide::backends::cuda::kernels::spin(50'000, w.p, h);
+        // 2 ms, not less: a marker's record has taken 20-50 µs of host time on a busy H200
+        // (the watcher's locks), and a spin that ended before cudaEventRecord(c0) let the
+        // CUDA pair start late, after the stream idled (2 of 60 runs with 50 µs).
+        eventide::backends::cuda::kernels::spin(2'000'000, w.p, h);
         start.record(s);
         cudaEventRecord(c0, h);
         eventide::backends::cuda::kernels::spin(200'000 * (i + 1), w.p, h);

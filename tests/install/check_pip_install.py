@@ -11,7 +11,8 @@ Without --fresh, pip's build (setup.py) builds the extension in the ctest build 
 configures and builds a tree of its own, as `pip install .` does for a user.
 
 The environment is made with --system-site-packages so that Debian's setuptools, wheel and
-NumPy are seen, and pip is told --no-build-isolation and --no-index: nothing is downloaded.
+NumPy are seen (or, where this interpreter runs in a virtual environment itself, with a .pth
+file naming its site-packages), and pip is told --no-build-isolation and --no-index: nothing is downloaded.
 Exits 77 (ctest: skipped) only if a tool it needs is missing (python3-venv).
 """
 import argparse
@@ -90,6 +91,14 @@ def main() -> int:
     venv_dir = work / "venv"
     run([sys.executable, "-m", "venv", "--system-site-packages", venv_dir], env=env)
     python = venv_dir / "bin" / "python"
+    if sys.prefix != sys.base_prefix:
+        # This interpreter is itself a virtual environment's (the GPU machine's python3):
+        # --system-site-packages shows its base's packages, not the ones installed here
+        # (NumPy, setuptools), so a .pth file in the new environment adds this one's.
+        import site
+        inner = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               env=env, capture_output=True, text=True, check=True).stdout.strip()
+        Path(inner, "outer_environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
 
     run([python, "-m", "pip", "install", "--no-build-isolation", source], env=env, cwd=work)
 
