@@ -56,10 +56,10 @@ if want test; then
   EVENTIDE_DEVICE=cuda mpirun --allow-run-as-root -np "$ranks" "$build/tests/cpp/distributed_test" \
     > "$out/distributed_test.log" 2>&1
   note "distributed_test on cuda, $ranks ranks: exit $?"
-  EVENTIDE_DEVICE=cuda NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 PYTHONPATH="$build/python" \
-    mpirun --allow-run-as-root -x EVENTIDE_DEVICE -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE -x PYTHONPATH \
-    -np "$ranks" "$py" tests/python/distributed/worker.py > "$out/distributed_socket.log" 2>&1
-  note "distributed worker over NCCL sockets, $ranks ranks: exit $?, $(grep -c ': ok' "$out/distributed_socket.log") ranks ok"
+  EVENTIDE_DEVICE=cuda NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO PYTHONPATH="$build/python" \
+    mpirun --allow-run-as-root -x EVENTIDE_DEVICE -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE -x NCCL_DEBUG \
+    -x PYTHONPATH -np "$ranks" "$py" tests/python/distributed/worker.py > "$out/distributed_socket.log" 2>&1
+  note "distributed worker over NCCL sockets, $ranks ranks: exit $?, $(grep -c ': ok' "$out/distributed_socket.log") ranks ok, $(grep -c 'NET/Socket' "$out/distributed_socket.log") NET/Socket lines"
   "$build/tools/eventide" info > "$out/demo.log" 2>&1
   "$build/tools/eventide" demo >> "$out/demo.log" 2>&1
   note "demo on $(sed -n 's/^default device: \([^ ]*\).*/\1/p' "$out/demo.log"): $(tail -1 "$out/demo.log")"

@@ -20,8 +20,8 @@
 // Order. Every rank must issue a communicator's collectives (and its sends and receives) in
 // the same order, as with MPI and NCCL. eventide keeps the order of the calls: each one is
 // ordered after the previous one of the same transport (NCCL's on the GPU, MPI's on the CPU),
-// whatever streams they are on, so collectives of one communicator never overlap each other
-// (they overlap the other work of the streams).
+// whatever streams they are on, so collectives of one transport never overlap each other
+// (they overlap the other work of the streams; an MPI and a NCCL collective may run at once).
 //
 // Failure. A collective whose input failed (or whose stream is broken) is issued all the
 // same, since its peers would otherwise wait for it forever: its output and its events then

@@ -43,6 +43,8 @@ def init(device: Any = None) -> Communicator:
     default ``cuda:(local rank)`` where the default device is a GPU (InvalidArgumentError if
     the machine's ranks outnumber its GPUs: NCCL needs one per rank), else ``cpu`` (MPI
     alone). Blocks until every rank has called it; later calls return the same communicator.
+    Unlike eventide's other blocking calls, that wait cannot be interrupted with Ctrl-C: it is
+    inside MPI's and NCCL's set-up calls (``mpirun`` ends the job if a rank dies first).
 
     Raises EventStateError where eventide was built without MPI, DeviceError if MPI or NCCL
     fails, InvalidArgumentError for a device that is not available.
@@ -55,7 +57,8 @@ def init_local(devices: Sequence[Any]) -> List[Communicator]:
 
     Needs NCCL (not MPI). NCCL needs each communicator driven by its own thread: issue each
     device's collectives from a thread of its own (``threading``), since one thread issuing
-    the collectives of several would wait on itself.
+    the collectives of several would wait on itself. Blocks in NCCL's set-up of every device
+    (not interruptible with Ctrl-C, like ``init``).
     """
     return _d.init_local(list(devices))
 

@@ -195,3 +195,79 @@ def test_more_ranks_than_gpus_on_a_machine_is_refused_by_name():
     r = subprocess.run([MPIRUN, "-np", "2", sys.executable, "-c", MORE_RANKS_THAN_GPUS], env=env,
                        capture_output=True, text=True, timeout=100)
     assert r.returncode == 0 and r.stdout.count("refused") == 2, (r.stdout + r.stderr)[-3000:]
+
+
+# One process driving several GPUs: init_local, a communicator (a rank) per device, each
+# driven by a thread of its own (NCCL's rule).
+needs_nccl = pytest.mark.skipif(not CAPS["nccl"], reason="eventide was built without NCCL (EVENTIDE_WITH_NCCL)")
+GPUS = [str(d) for d in ev.devices() if str(d).startswith("cuda")]
+
+
+@needs_nccl
+def test_init_local_refuses_a_bad_list_of_devices_by_name():
+    cases = [([], "no devices given"), (["cpu"], "cpu is not a CUDA GPU"),
+             (["cuda:99"], "the device cuda:99 is not available")]
+    if GPUS:
+        cases += [([GPUS[0], GPUS[0]], f"{GPUS[0]} is named twice"), ([GPUS[0], "cpu"], "cpu is not a CUDA GPU")]
+    for devices, words in cases:
+        with pytest.raises(ev.InvalidArgumentError, match=words):
+            ev.distributed.init_local(devices)
+    assert not ev.distributed.is_initialized()  # nothing was made
+
+
+INIT_LOCAL = r"""
+import sys, threading
+import numpy as np
+import eventide as ev
+
+devices = sys.argv[1:]
+comms = ev.distributed.init_local(devices)
+n = len(devices)
+assert [c.rank for c in comms] == list(range(n)) and {c.size for c in comms} == {n}, comms
+assert [str(c.device) for c in comms] == devices and all(c.transport(c.device) == "nccl" for c in comms)
+results, errors = [None] * n, []
+
+
+def drive(c):
+    # Each rank on its own thread and stream: one thread issuing every rank's collectives
+    # would wait on itself inside NCCL.
+    try:
+        with ev.Stream(c.device):
+            x = ev.full((1 << 16,), float(c.rank + 1), device=c.device)
+            total = c.all_reduce(x, op="sum")
+            done = ev.Event()
+            done.record(total)
+            gathered = c.all_gather(ev.full((2,), float(c.rank), device=c.device))
+            into = ev.zeros((1 << 16,), device=c.device)
+            c.all_reduce(x, op="max", out=into)
+            assert done.wait(timeout=60), "the all_reduce did not finish"
+            assert done.time_elapsed() > 0
+            results[c.rank] = (total.numpy(), gathered.numpy(), into.numpy())
+    except BaseException as e:  # reported by the main thread
+        errors.append(f"rank {c.rank}: {e!r}")
+
+
+threads = [threading.Thread(target=drive, args=(c,)) for c in comms]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(90)
+assert not any(t.is_alive() for t in threads), "a rank's thread is stuck"
+assert not errors, errors
+for total, gathered, into in results:
+    np.testing.assert_array_equal(total, np.full(1 << 16, n * (n + 1) / 2, dtype=np.float32))
+    np.testing.assert_array_equal(gathered, np.repeat(np.arange(n, dtype=np.float32), 2))
+    np.testing.assert_array_equal(into, np.full(1 << 16, float(n), dtype=np.float32))
+assert ev.distributed.finalize(30)
+print("init_local ok", n)
+"""
+
+
+@needs_nccl
+@pytest.mark.time_limit(180)
+@pytest.mark.parametrize("count", [1, 2])
+def test_init_local_drives_each_gpu_from_a_thread_of_its_own(count):
+    if len(GPUS) < count:
+        pytest.skip(f"needs {count} CUDA device(s), eventide sees {len(GPUS)} (run scripts/gpu-check.sh on the GPU machine)")
+    r = subprocess.run([sys.executable, "-c", INIT_LOCAL, *GPUS[:count]], capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0 and f"init_local ok {count}" in r.stdout, (r.stdout + r.stderr)[-4000:]
