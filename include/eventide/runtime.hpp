@@ -27,6 +27,13 @@ void synchronize(Device device);
 bool synchronize_for(std::chrono::nanoseconds timeout);
 bool synchronize_for(Device device, std::chrono::nanoseconds timeout);
 
+// Gives the memory eventide keeps for reuse back to the system, on every device: the blocks
+// of freed tensors that the CPU's cache of large blocks and each GPU's block cache and memory
+// pool hold (as torch.cuda.empty_cache does). Memory of live tensors, and of tensors whose ops
+// have not finished, is not touched. Returns the bytes given back from eventide's own caches
+// (a GPU pool's trim is not counted).
+std::size_t empty_cache();
+
 // Called, on the callback thread, with the exception a callback threw and a description of
 // where it came from ("callback of <Event finished on cpu, 1 op>"). The default prints both
 // to stderr. A handler that throws is itself reported to stderr. Pass nullptr to restore the

@@ -281,6 +281,14 @@ void bind_streams(py::module_& m) {
         "device"_a = py::none(),
         "Wait for all work enqueued so far on the device (every device if None). Raises "
         "DeviceError if a device has failed.");
+  m.def("empty_cache",
+        [] {
+          py::gil_scoped_release unlocked;
+          return eventide::empty_cache();
+        },
+        "Give the memory eventide keeps for reuse (blocks of freed tensors, on every device) "
+        "back to the system, as torch.cuda.empty_cache does; returns the bytes given back from "
+        "eventide's own caches.");
 }
 
 }  // namespace eventide::python

@@ -98,6 +98,10 @@ class DeviceBackend {
   }
   virtual void after_fork_in_parent(ForkLocks locks) noexcept { (void)locks; }
   virtual bool after_fork_in_child() noexcept { return true; }
+
+  // Gives the memory the backend keeps for reuse (blocks of freed tensors) back to the system;
+  // returns the bytes of its own caches given back. Never called under a runtime lock.
+  virtual std::size_t empty_cache() noexcept { return 0; }
   // Process exit: fail the work still queued, let running work finish until `deadline` (the
   // whole runtime's grace period), stop threads.
   virtual void shutdown(std::chrono::steady_clock::time_point deadline) noexcept = 0;

@@ -256,6 +256,14 @@ void Runtime::shutdown() noexcept {
   }
 }
 
+std::size_t Runtime::empty_cache() noexcept {
+  std::size_t released = 0;
+  for (auto& c : contexts_) {
+    if (!c->lost_in_fork()) released += c->backend().empty_cache();
+  }
+  return released;
+}
+
 void Runtime::prepare_fork() noexcept {
   const Clock::time_point deadline = Clock::now() + kForkGrace;
   auto each = [&](bool cpu, ForkLocks locks) {

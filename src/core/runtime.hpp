@@ -95,6 +95,9 @@ class Runtime {
 
   void shutdown() noexcept;
 
+  // Every available device's backend's empty_cache(); the bytes given back.
+  std::size_t empty_cache() noexcept;
+
   // fork(). pthread_atfork's three steps (registered when the runtime starts; see
   // register_fork_handlers): before it, every device quiesces (running CPU ops get kFork-
   // Grace to finish, none starts) and holds its locks; after it, the parent goes on, and the

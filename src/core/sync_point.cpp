@@ -51,6 +51,7 @@ bool SyncPoint::wait_for(std::chrono::nanoseconds timeout) const {
 }
 
 void synchronize() { SyncPoint().wait(); }
+std::size_t empty_cache() { return detail::Runtime::get().empty_cache(); }
 void synchronize(Device device) { SyncPoint(device).wait(); }
 bool synchronize_for(std::chrono::nanoseconds timeout) { return SyncPoint().wait_for(timeout); }
 bool synchronize_for(Device device, std::chrono::nanoseconds timeout) {

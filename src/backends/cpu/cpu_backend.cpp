@@ -1,8 +1,8 @@
 #include "backends/cpu/cpu_backend.hpp"
 
 #include "backends/cpu/blas.hpp"
+#include "backends/cpu/cpu_memory.hpp"
 
-#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -10,35 +10,6 @@
 #include "eventide/errors.hpp"
 
 namespace eventide::backends::cpu {
-
-namespace {
-
-constexpr std::size_t kAlignment = 64;  // a cache line; AVX-512 loads
-
-// A tensor's memory and its header in one allocation: the header in the first cache line,
-// the data after it.
-class HeapStorage final : public detail::Storage {
- public:
-  static Ref<detail::Storage> make(std::size_t bytes) {
-    std::size_t data = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    void* block = data >= bytes && data <= SIZE_MAX - kAlignment
-                      ? std::aligned_alloc(kAlignment, kAlignment + data)
-                      : nullptr;
-    if (!block) {
-      throw DeviceError("out of memory: could not allocate " + std::to_string(bytes) +
-                        " bytes on cpu", "aligned_alloc", ENOMEM);
-    }
-    return Ref<detail::Storage>(::new (block) HeapStorage(static_cast<char*>(block) + kAlignment, bytes));
-  }
-  // `delete this` (the last reference) frees the whole block, header and data.
-  static void operator delete(void* block) { std::free(block); }
-
- private:
-  HeapStorage(void* data, std::size_t bytes) : Storage(data, bytes, Device::cpu()) {}
-};
-static_assert(sizeof(HeapStorage) <= kAlignment);
-
-}  // namespace
 
 CpuBackend::CpuBackend() : kernels_(make_kernels()) {}
 CpuBackend::~CpuBackend() = default;
@@ -65,11 +36,9 @@ std::shared_ptr<StreamState> CpuBackend::wrap_stream(void*, const std::function<
   throw InvalidArgument("Stream::from_native: the cpu has no native streams to wrap");
 }
 
-Ref<detail::Storage> CpuBackend::allocate(std::size_t bytes, StreamState&) {
-  return HeapStorage::make(bytes);
-}
+Ref<detail::Storage> CpuBackend::allocate(std::size_t bytes, StreamState&) { return allocate_host_memory(bytes); }
 
-Ref<detail::Storage> CpuBackend::allocate_host(std::size_t bytes) { return HeapStorage::make(bytes); }
+Ref<detail::Storage> CpuBackend::allocate_host(std::size_t bytes) { return allocate_host_memory(bytes); }
 
 namespace {
 

@@ -1,11 +1,13 @@
-// The CPU device: streams run by a worker pool (cpu_stream.hpp), memory from the C heap,
-// kernels in plain C++ and OpenBLAS (cpu_kernels.cpp). Device time is the host's
+// The CPU device: streams run by a worker pool (cpu_stream.hpp), memory from the C heap and,
+// for large tensors, a cache of mapped blocks (cpu_memory.hpp), kernels in plain C++ and
+// OpenBLAS (cpu_kernels.cpp). Device time is the host's
 // steady_clock, taken on the worker right before and after each op's body.
 #pragma once
 
 #include <memory>
 
 #include "backends/cpu/blas.hpp"
+#include "backends/cpu/cpu_memory.hpp"
 #include "backends/cpu/cpu_stream.hpp"
 #include "core/backend.hpp"
 #include "ops/kernels.hpp"
@@ -40,7 +42,9 @@ class CpuBackend final : public detail::DeviceBackend {
     pool_.before_fork(deadline, locks);
   }
   void after_fork_in_parent(detail::ForkLocks locks) noexcept override { pool_.after_fork_in_parent(locks); }
+  std::size_t empty_cache() noexcept override { return cpu::empty_cache(); }
   bool after_fork_in_child() noexcept override {
+    cache_after_fork_in_child();
     blas::forget_calls();
     pool_.after_fork_in_child();
     return true;

@@ -101,6 +101,10 @@ class CudaBackend final : public detail::DeviceBackend {
 
   Ref<Storage> allocate_host(std::size_t bytes) override { return allocate_pinned(bytes); }
 
+  std::size_t empty_cache() noexcept override {
+    return state_.broken() ? 0 : cuda::empty_cache(device_);
+  }
+
   ops::Kernels& kernels() override { return *kernels_; }
 
   std::unique_ptr<detail::IpcNativeEvent> create_ipc_event() override {

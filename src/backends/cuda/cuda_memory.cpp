@@ -67,8 +67,9 @@ class BlockCache {
   }
   // Hands every kept block of `device` back to the driver's pool (before an allocation that
   // found the device out of memory tries again).
-  void release_all(int device) noexcept {
+  std::size_t release_all(int device) noexcept {
     std::vector<void*> blocks;
+    std::size_t released = 0;
     {
       std::lock_guard lock(mu_);
       for (auto& [key, list] : free_) {
@@ -79,11 +80,13 @@ class BlockCache {
           break;  // no memory to list them: the ones listed go back, the rest stay kept
         }
         cached_[device] -= key.size * list.size();
+        released += key.size * list.size();
         list.clear();
       }
     }
     for (void* p : blocks) (void)cudaFreeAsync(p, nullptr);
     if (!blocks.empty()) (void)cudaStreamSynchronize(nullptr);  // back in the pool before the retry
+    return released;
   }
 
  private:
@@ -252,6 +255,15 @@ void configure_pool(Device device) {
   std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
   check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
         "cudaMemPoolSetAttribute", "(release threshold) on " + device.str());
+}
+
+std::size_t empty_cache(Device device) noexcept {
+  DeviceScope scope(device.index(), std::nothrow);
+  const std::size_t released = block_cache().release_all(device.index());
+  cudaMemPool_t pool;
+  if (cudaDeviceGetDefaultMemPool(&pool, device.index()) == cudaSuccess) (void)cudaMemPoolTrimTo(pool, 0);
+  (void)cudaGetLastError();
+  return released;
 }
 
 Ref<Storage> allocate_device(Device device, std::size_t bytes, cudaStream_t stream) {

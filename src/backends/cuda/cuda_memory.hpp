@@ -72,6 +72,10 @@ class PinnedWord {
 // down); the process's end releases it.
 void memory_shutdown() noexcept;
 
+// Gives `device`'s block cache back to its pool and trims the pool to what is in use; the
+// bytes of the block cache given back.
+std::size_t empty_cache(Device device) noexcept;
+
 // Raises the release threshold of `device`'s default pool (once).
 void configure_pool(Device device);
 
