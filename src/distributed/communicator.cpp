@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 #include <utility>
 
@@ -42,6 +43,16 @@ namespace eventide::distributed {
 namespace rt = eventide::detail;
 
 namespace detail {
+
+namespace {
+// Whether this process is a fork() of the one whose communicators these are: MPI and NCCL
+// are that process's, and may not be used here (set in the child by a pthread_atfork handler
+// registered with the process's state, before any communicator can exist).
+std::atomic<bool> g_forked_child{false};
+
+bool in_forked_child() noexcept { return g_forked_child.load(std::memory_order_relaxed); }
+
+}  // namespace
 
 // One transport's ops, in the order they were issued.
 struct Chain {
@@ -76,6 +87,10 @@ class CommunicatorState {
   std::shared_ptr<Transport> transport_for(Device on, const std::string& op) {
     if (ended.load(std::memory_order_acquire)) {
       throw StateError(op + ": the communicator has been finalized");
+    }
+    if (in_forked_child()) {
+      throw StateError(op + ": this process is a fork() of the one that made the communicator; "
+                       "MPI and NCCL cannot be used in a forked child");
     }
     if (on.is_cpu()) {
       if (cpu) return std::shared_ptr<Transport>(std::shared_ptr<Transport>(), cpu);  // (not owned)
@@ -112,12 +127,19 @@ struct Process {
   std::shared_ptr<CommunicatorState> main;                  // init()'s
   std::vector<std::shared_ptr<CommunicatorState>> all;      // init()'s and init_local()'s
   bool exit_hook = false;
+  // init() has made `main` and finalize() has not been called: read without `mu`, which
+  // init() and finalize() hold across waits for the other ranks.
+  std::atomic<bool> initialized{false};
   bool finalized = false;  // finalize() was called: no communicator may be made or used
   bool torn_down = false;  // ... and NCCL and MPI were ended (a later call retries until then)
 };
 
 Process& process() {
-  static Process* p = new Process;  // never destroyed: finalize() runs at exit, before statics go
+  // Never destroyed: finalize() runs at exit, before statics go.
+  static Process* p = [] {
+    ::pthread_atfork(nullptr, nullptr, [] { g_forked_child.store(true, std::memory_order_relaxed); });
+    return new Process;
+  }();
   return *p;
 }
 
@@ -266,6 +288,10 @@ struct Issue {
     void* native = stream->native_handle();
     auto work = stream->launch(op, reads, writes,
                                [t, native, call = std::move(call), keep = std::move(keep)]() mutable {
+                                 // Work queued before a fork() runs in the child too: not this.
+                                 if (detail::in_forked_child()) {
+                                   throw StateError("a collective queued before fork() cannot run in the child");
+                                 }
                                  call(*t, native);
                                },
                                options);
@@ -561,21 +587,26 @@ Communicator init(InitOptions options) {
   label.rank = s->rank;
   label.size = s->size;
   label.clock_offset_ns = s->clock_offset_ns;
+  Communicator comm(s);
+  {
+    // Every rank has joined; on a GPU this also makes NCCL connect the ranks now, where a
+    // blocking connection cannot stall a stream or the device's watcher later. On a stream of
+    // its own: the caller's current one may be held back or broken by unrelated work. Made
+    // known only after it: an init() that throws leaves no communicator behind.
+    Stream mine(device);
+    StreamGuard own(mine);
+    comm.barrier().wait();
+  }
   set_process_label(std::move(label));
   p.main = s;
-  p.all.push_back(s);
-  Communicator comm(std::move(s));
-  // Every rank has joined; on a GPU this also makes NCCL connect the ranks now, where a
-  // blocking connection cannot stall a stream or the device's watcher later.
-  comm.barrier().wait();
+  p.all.push_back(std::move(s));
+  p.initialized.store(true, std::memory_order_release);
   return comm;
 #endif
 }
 
 bool is_initialized() noexcept {
-  auto& p = detail::process();
-  std::lock_guard lock(p.mu);
-  return p.main != nullptr && !p.finalized;
+  return detail::process().initialized.load(std::memory_order_acquire);
 }
 
 std::vector<Communicator> init_local(const std::vector<Device>& devices) {
@@ -640,6 +671,14 @@ bool finalize(std::chrono::nanoseconds timeout) {
   std::lock_guard lock(p.mu);
   if (p.torn_down) return true;
   p.finalized = true;
+  p.initialized.store(false, std::memory_order_release);
+  if (detail::in_forked_child()) {
+    // A fork()ed child (at its exit, too): MPI and NCCL are the parent's; ending them here
+    // would hang (MPI_Finalize waits for the job) or break the parent's.
+    for (auto& s : p.all) s->ended.store(true, std::memory_order_release);
+    p.torn_down = true;
+    return true;
+  }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool clean = true;
   for (auto& s : p.all) {

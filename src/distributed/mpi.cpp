@@ -182,7 +182,19 @@ class MpiTransport final : public Transport {
   }
 
   void recv(void* out, std::size_t count, DType dtype, int src, void*) override {
-    blocking("MPI_Recv", [&] { return MPI_Recv(out, as_count(count), type(dtype), src, kTag, comm_, MPI_STATUS_IGNORE); });
+    MPI_Status status{};
+    blocking("MPI_Recv", [&] { return MPI_Recv(out, as_count(count), type(dtype), src, kTag, comm_, &status); });
+    // A shorter message leaves the rest of `out` unwritten, and MPI does not call it an error.
+    int got = 0;
+    check("MPI_Get_count", MPI_Get_count(&status, type(dtype), &got));
+    if (got != as_count(count)) {
+      throw DeviceError("MPI_Recv: rank " + std::to_string(src) + " sent " +
+                            (got == MPI_UNDEFINED ? std::string("a message of another size")
+                                                  : std::to_string(got) + " elements") +
+                            ", recv expected " + std::to_string(count) +
+                            " (send's tensor and recv's shape and dtype must match)",
+                        "MPI_Recv", MPI_ERR_COUNT);
+    }
   }
 
   void barrier(void*) override {

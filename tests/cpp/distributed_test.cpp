@@ -169,6 +169,28 @@ TEST(DistributedTest, SendAndRecvAroundARing) {
   EXPECT_THROW(c.recv({1}, c.size()), ev::InvalidArgument);
 }
 
+// A recv of more elements than the peer sent would leave the rest of its tensor unwritten:
+// MPI does not call that an error, eventide does (the op fails, naming both counts).
+TEST(DistributedTest, ARecvOfAnotherSizeThanWasSentFails) {
+  dist::Communicator c = comm();
+  if (c.size() < 2) GTEST_SKIP() << "one rank: nothing to send to";
+  if (!on_cpu()) GTEST_SKIP() << "NCCL cannot tell a receiver how much was sent (MPI's check)";
+  if (c.rank() == 0) {
+    ASSERT_TRUE(c.send(filled(4, 5), 1).wait_for(30s));
+  } else if (c.rank() == 1) {
+    ev::Tensor got = c.recv({8}, 0);
+    ev::Event done;
+    done.record(got);
+    bool finished = false;
+    const std::exception_ptr error = eventide_test::capture([&] { finished = done.wait_for(30s); });
+    ASSERT_TRUE(error || finished) << "recv did not finish";
+    ASSERT_TRUE(error) << "a recv of 8 elements from a send of 4 finished without error";
+    EXPECT_NE(eventide_test::what(error).find("sent 4 elements, recv expected 8"), std::string::npos)
+        << eventide_test::what(error);
+  }
+  ASSERT_TRUE(c.barrier().wait_for(30s));
+}
+
 TEST(DistributedTest, BarrierIsAnEventThatNoRankPassesAlone) {
   dist::Communicator c = comm();
   const auto before = std::chrono::steady_clock::now();

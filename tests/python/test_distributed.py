@@ -55,6 +55,18 @@ def test_every_rank_passes_the_workers_checks(ranks):
         assert f"rank {rank} of {ranks}: ok" in r.stdout, out[-4000:]
 
 
+@needs_mpi
+@needs_mpirun
+@pytest.mark.time_limit(180)
+def test_is_initialized_never_waits_for_init_or_finalize_on_another_thread():
+    script = Path(__file__).parent / "distributed" / "waits_with_the_gil.py"
+    r = run([MPIRUN, "-np", "2", sys.executable, str(script)], timeout=150)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    for rank in range(2):
+        assert f"rank {rank} of 2: ok" in r.stdout, out[-4000:]
+
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "python" / "overlap_allreduce.py"
 
 
