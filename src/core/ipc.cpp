@@ -893,11 +893,34 @@ ExportedEvent export_event(const Event& event) {
         shared->publish(kGpuReady);
       });
     }
-    std::shared_ptr<detail::ExportState> shared = state;
-    // Runs once, on a runtime thread with no runtime lock held; holds `verdict` until then.
-    verdict->add_callback([shared, verdict, earlier] {
-      shared->publish_final(earlier ? earlier : verdict->error());
-    });
+    // The word is set once, from the verdict's callback (on a runtime thread, no runtime lock
+    // held), or, where the runtime's shutdown drops that callback still queued (the process
+    // exits right after the work), when it is dropped, the work being over by then: importers
+    // would otherwise read "the exporter died" for work that finished. Holds `verdict` until
+    // then.
+    struct FinalWord {
+      std::shared_ptr<detail::ExportState> state;
+      std::shared_ptr<EventState> verdict;
+      std::exception_ptr earlier;
+      std::atomic<bool> written{false};
+      void write() noexcept {
+        if (written.exchange(true)) return;
+        std::exception_ptr error = earlier;
+        if (!error) {
+          try {
+            error = verdict->error();
+          } catch (...) {
+            error = std::current_exception();  // (out of memory while it is decided)
+          }
+        }
+        state->publish_final(error);
+      }
+      ~FinalWord() {
+        if (verdict->poll()) write();
+      }
+    };
+    auto final_word = std::make_shared<FinalWord>(state, verdict, earlier);
+    verdict->add_callback([final_word] { final_word->write(); });
   }
 
   const std::string handle = std::string(kHandlePrefix) + name.substr(1);

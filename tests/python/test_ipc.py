@@ -250,6 +250,42 @@ def test_exporter_death_fails_the_import():
         assert c.join() == 3
 
 
+# A child whose exported work finishes just before it exits, while the completion callback
+# that sets the export's word is still queued: the CPU's callback thread is kept busy by a
+# callback of its own, and the runtime's shutdown drops the callbacks still queued.
+EXITS_RIGHT_AFTER = textwrap.dedent(
+    """
+    import sys, time
+    import eventide as ev
+    busy = ev.Event()
+    busy.record(ev.ones(1, device="cpu"))
+    busy.wait()
+    gate = ev.UserEvent()
+    s = ev.Stream("cpu")
+    s.wait(gate)
+    work = s.record_event()
+    x = ev.export_event(work)
+    print(x.handle, flush=True)
+    sys.stdin.readline()  # the parent has imported it
+    busy.add_callback(lambda: time.sleep(1.0))  # the cpu's callback thread, for a second
+    time.sleep(0.1)
+    gate.set()
+    assert work.wait(30)
+    print("finished", flush=True)
+    """
+)
+
+
+def test_work_that_finished_just_before_the_exporter_exited_reads_finished():
+    with Child(EXITS_RIGHT_AFTER) as c:
+        e = ev.import_event(c.line())
+        c.send("go")
+        assert c.line() == "finished"
+        assert c.join(60) == 0
+        assert e.wait(30) is True  # not "process ... exited or was killed before the event finished"
+        assert e.error is None
+
+
 def test_cpu_stream_waits_for_an_imported_event():
     with Child(EXPORTER, "cpu") as c:
         e = ev.import_event(c.line(), "cpu")
