@@ -35,9 +35,9 @@ constexpr std::size_t kAlignment = 64;                    // a cache line; AVX-5
 constexpr std::size_t kPage = 4096;                       // what mmap hands out (at least)
 constexpr std::size_t kHugePage = std::size_t{2} << 20;   // x86-64's transparent huge page
 
-[[noreturn]] void out_of_memory(std::size_t bytes) {
+[[noreturn]] void out_of_memory(std::size_t bytes, const char* call) {
   throw DeviceError("out of memory: could not allocate " + std::to_string(bytes) + " bytes on cpu",
-                    "mmap", ENOMEM);
+                    call, ENOMEM);
 }
 
 // A small tensor's memory and its header in one block of the C heap: the header in the first
@@ -49,10 +49,7 @@ class HeapStorage final : public detail::Storage {
     void* block = data >= bytes && data <= SIZE_MAX - kAlignment
                       ? std::aligned_alloc(kAlignment, kAlignment + data)
                       : nullptr;
-    if (!block) {
-      throw DeviceError("out of memory: could not allocate " + std::to_string(bytes) +
-                        " bytes on cpu", "aligned_alloc", ENOMEM);
-    }
+    if (!block) out_of_memory(bytes, "aligned_alloc");
     return Ref<detail::Storage>(::new (block) HeapStorage(static_cast<char*>(block) + kAlignment, bytes));
   }
   // `delete this` (the last reference) frees the whole block, header and data.
@@ -206,9 +203,9 @@ Ref<detail::Storage> allocate_host_memory(std::size_t bytes) {
 #else
   if (bytes < kCachedFrom) return HeapStorage::make(bytes);
   const std::size_t block_bytes = size_class(bytes);
-  if (block_bytes == 0) out_of_memory(bytes);
+  if (block_bytes == 0) out_of_memory(bytes, "mmap");
   void* block = cache().take(block_bytes);
-  if (!block) out_of_memory(bytes);
+  if (!block) out_of_memory(bytes, "mmap");
   try {
     return Ref<detail::Storage>(new CachedStorage(block, block_bytes, bytes));
   } catch (...) {

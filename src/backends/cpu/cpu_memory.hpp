@@ -14,7 +14,7 @@
 // made nearly every output fresh. Blocks of 2 MiB and more are also aligned to 2 MiB and
 // advised as transparent huge pages, so their first touch is one fault per 2 MiB.
 //
-// The cache keeps at most cache_limit() bytes of free blocks (a quarter of the machine's
+// The cache keeps at most CacheStats::limit_bytes of free blocks (a quarter of the machine's
 // memory, at most 16 GiB; EVENTIDE_CPU_CACHE_MB sets it, 0 turns caching off); a block that
 // would go over it goes back to the kernel. A failed mapping empties the cache and tries once
 // more before it is out of memory. Builds with AddressSanitizer use the C heap for every
@@ -41,7 +41,7 @@ detail::Ref<detail::Storage> allocate_host_memory(std::size_t bytes);
 struct CacheStats {
   std::size_t cached_bytes = 0;   // free blocks kept for reuse
   std::size_t cached_blocks = 0;
-  std::size_t limit_bytes = 0;    // cache_limit()
+  std::size_t limit_bytes = 0;    // the most free bytes kept (EVENTIDE_CPU_CACHE_MB)
   std::size_t reused = 0;         // large allocations served from the cache
   std::size_t mapped = 0;         // large allocations mapped from the kernel
 };
