@@ -57,6 +57,13 @@ namespace eventide {
 class Tensor;
 class Stream;
 
+}  // namespace eventide
+
+// CUDA's event type (cudaEvent_t and CUevent are `CUevent_st*`), named without CUDA's headers.
+struct CUevent_st;
+
+namespace eventide {
+
 namespace detail {
 class EventState;
 class UserEventSetter;
@@ -70,6 +77,14 @@ struct EventOptions {
   // Keep the device time of tied work, for time_elapsed() and elapsed_time(). Costs nothing
   // on the CPU; off, those two calls are StateErrors.
   bool enable_timing = true;
+  // Host waits on the event sleep from the start instead of spinning a few microseconds first
+  // (PyTorch's blocking=True, CUDA's cudaEventBlockingSync): a core stays free for others, at
+  // the cost of a wake-up's latency (docs/PERFORMANCE.md: tens of µs instead of a few).
+  bool blocking = false;
+  // The event is meant to cross processes (PyTorch's interprocess=True): export_event() of it
+  // is expected, and the Python Event.ipc_handle() gives its handle. Any event can be
+  // exported; an imported one keeps no device times.
+  bool interprocess = false;
 };
 
 class Event {
@@ -79,6 +94,35 @@ class Event {
   // An EMPTY event bound to `device` (nullopt: set by the first record). Recording work of
   // another device is an InvalidArgument.
   explicit Event(std::optional<Device> device, EventOptions options = {});
+
+  // An event standing for a native event of another library or of your own CUDA code (a
+  // cudaEvent_t: torch.cuda.Event's, CuPy's, Numba's), as it is now: it finishes once the GPU
+  // has passed the native event's most recent record (the one a cudaStreamWaitEvent issued
+  // now would wait for; a never-recorded native event is passed at once), and fails if the
+  // device fails. Host waits, poll, callbacks and `await` work on it as on any event, without
+  // a busy loop; Stream::wait of it is a wait on the GPU, with no host round trip. Made by a
+  // GPU-side wait for the native event on an internal stream of `device`, then a marker
+  // there (its time: when the GPU passed the native event). The native event may be recorded
+  // again or destroyed afterwards: what counts was taken at this call. Never blocks.
+  // InvalidArgument for a device without native events (the CPU) or a handle the device's
+  // runtime refuses (not an event of this process).
+  //
+  //   cudaEventRecord(done, my_stream);                     // the user's own CUDA work
+  //   ev::Event e = ev::Event::from_native(done, ev::Device::cuda(0));
+  //   e.add_callback([] { /* runs once the GPU passed `done` */ });
+  static Event from_native(CUevent_st* native_event, Device device, EventOptions options = {});
+  static Event from_native(std::nullptr_t, Device, EventOptions = {}) = delete;
+
+  // A native event (a cudaEvent_t on CUDA) that the GPU passes once all the work tied to this
+  // event so far has finished, for CUDA code and other libraries to wait on, on the GPU
+  // (cudaStreamWaitEvent) or the host. Made at the first call (on an internal stream of the
+  // event's device, after a GPU-side wait for the tied work) and recorded again at each call,
+  // covering what is tied by then; it belongs to the event and lives as long as the event
+  // does (its last handle), so keep the Event while others may wait on it. Never blocks.
+  // StateError for an EMPTY event (a native event never recorded reads as passed), for work
+  // still held on the host (behind a UserEvent or a CPU op: the GPU cannot be told to wait
+  // for it; wait for it first) and for an event of a device without native events (the CPU).
+  [[nodiscard]] CUevent_st* native_handle() const;
 
   // Ties the event to the op that produced (last wrote) `tensor`; that op may already be
   // done. Never blocks. Throws InvalidArgument for an undefined tensor or a device mismatch.
@@ -117,7 +161,9 @@ class Event {
 
   // The device of the tied work; nullopt until the first record unless given.
   std::optional<Device> device() const;
-  bool timing_enabled() const noexcept;
+  [[nodiscard]] bool timing_enabled() const noexcept;
+  // The options the event was made with.
+  [[nodiscard]] EventOptions options() const noexcept;
 
   // Device time from the start of the earliest tied work to the end of the latest. A marker
   // counts as a point (its start and end are when the device reached it): an event that

@@ -13,7 +13,18 @@
 
 #include <cstdint>
 
+namespace eventide {
+class Event;
+class Device;
+}  // namespace eventide
+
 namespace eventide::interop {
+
+// Ties `event` to nothing on `device`: an EMPTY event becomes FINISHED at once. For another
+// library's objects that stand for no pending work: a torch event never recorded (its query()
+// is True), a tensor in host memory (its op ran when it returned). InvalidArgument for an
+// event of another device.
+void record_nothing(Event& event, Device device);
 
 // Runs fn(arg) now if the calling thread holds no runtime lock, else when it lets go of its
 // last one (on this thread). If that cannot be recorded (out of memory), fn is not run: the

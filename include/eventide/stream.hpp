@@ -38,6 +38,7 @@ class Tensor;
 
 namespace detail {
 class StreamState;
+class Timeline;
 }
 
 // How far Stream::wait orders the stream's later work.
@@ -46,10 +47,27 @@ enum class WaitScope {
   native_stream,  // also what any code launches on the native stream after the call
 };
 
+// How a new stream is made.
+struct StreamOptions {
+  // Lower numbers are more urgent: on a GPU, the blocks of a more urgent stream's kernels are
+  // scheduled before those of less urgent streams' (CUDA's stream priorities: they overtake
+  // queued work, they do not preempt running blocks). Outside stream_priority_range(device)
+  // it is clamped to the nearer end, as CUDA and PyTorch do; 0 is the default.
+  int priority = 0;
+};
+
+// The stream priorities of `device` as {least, greatest} (PyTorch's
+// Stream.priority_range()): {0, -5} on an H200; {0, 0} on the CPU, whose streams have one
+// priority. InvalidArgument if the device is not available.
+[[nodiscard]] std::pair<int, int> stream_priority_range(Device device = default_device());
+
 class Stream {
  public:
   // A new stream on `device`. InvalidArgument if the device is not available.
   explicit Stream(Device device = default_device());
+  // A new stream on `device` with `options` (its priority).
+  //   ev::Stream copies(ev::Device::cuda(0), {.priority = ev::stream_priority_range().second});
+  Stream(Device device, StreamOptions options);
 
   // The calling thread's current stream for `device` (its default stream unless a
   // StreamGuard is active on this thread).
@@ -70,6 +88,9 @@ class Stream {
   static Stream from_native(void* native_stream);
 
   Device device() const;
+  // The stream's priority (StreamOptions): the one it was made with, clamped, or for a
+  // wrapped native stream its own (PyTorch's torch.cuda.Stream(priority=-1) keeps -1).
+  [[nodiscard]] int priority() const noexcept;
   // The native stream (a cudaStream_t on CUDA), for launching your own device work in this
   // stream's order; null on the CPU.
   void* native_handle() const;
@@ -157,8 +178,11 @@ class Stream {
 //   ev::SyncPoint end(ev::Device::cuda(0));
 //   while (!end.wait_for(20ms)) check_for_interrupts();
 // Making one never blocks; on a stream with a native one (a GPU) it places a marker, which
-// also covers the work other code launched there. Thread-safety: const members from any
-// thread. Lifetime: holds the streams it covers.
+// also covers the work other code launched there. The device forms also cover the work other
+// code queued on the device's streams that eventide never saw (PyTorch's, CuPy's, your own),
+// as torch.cuda.synchronize() does: on a GPU, a device-wide synchronize made by a thread of
+// the runtime (cudaDeviceSynchronize), waited for here without a busy loop. Thread-safety:
+// const members from any thread. Lifetime: holds the streams it covers.
 class SyncPoint {
  public:
   explicit SyncPoint(const Stream& stream);
@@ -185,10 +209,18 @@ class SyncPoint {
     std::shared_ptr<detail::StreamState> stream;
     std::uint64_t seq;
   };
+  // A point of a whole device, beyond eventide's streams (DeviceBackend::device_wide_point).
+  struct DevicePoint {
+    Device device;
+    std::shared_ptr<detail::Timeline> timeline;  // holds the timeline's reference
+    std::uint64_t seq;
+  };
   void add(const std::shared_ptr<detail::StreamState>& stream);
+  void add_device(Device device);
   bool wait_until(const std::optional<std::chrono::steady_clock::time_point>& deadline) const;
 
   std::vector<Point> points_;
+  std::vector<DevicePoint> device_points_;
 };
 
 // Makes `stream` the calling thread's current stream for its device for the guard's scope,

@@ -76,12 +76,13 @@ from ._eventide import (  # noqa: F401  (re-exported)
     randn,
     set_allow_tf32,
     set_process_label,
+    stream_priority_range,
     synchronize,
     tensor,
-    wait_any,
     zeros,
 )
 from . import _eventide
+from . import _interop
 from . import distributed  # noqa: F401  (ev.distributed)
 
 # fork() (os.fork, multiprocessing's fork start method) first lets running CPU ops finish, for
@@ -97,31 +98,58 @@ __all__ = [
     "from_dlpack", "from_numpy", "full", "import_event", "int32",
     "int64", "is_available", "manual_seed", "matmul", "mul", "ones", "process_label", "profile",
     "rand", "randn", "range",
-    "set_allow_tf32", "set_process_label", "stream",
+    "set_allow_tf32", "set_process_label", "stream", "stream_priority_range",
     "synchronize", "tensor",
     "wait_all", "wait_all_async", "wait_any", "wait_any_async", "zeros",
 ]
 
 
+def _event_of(obj: Any) -> Optional[Event]:
+    """An eventide Event for anything that stands for device work: an eventide event or
+    tensor, another library's event (torch.cuda.Event, torch.Event, cupy.cuda.Event, a Numba
+    event: see eventide._interop) or tensor; None for anything else (an object of your own with
+    a host wait())."""
+    if isinstance(obj, Event):
+        return obj
+    if isinstance(obj, Tensor):
+        e = Event()
+        e.record(obj)
+        return e
+    foreign = _interop.as_event(obj)
+    if foreign is not None:
+        return foreign
+    if _interop.is_foreign_tensor(obj):
+        return _interop.tensor_event(obj)
+    return None
+
+
 def _check_waitable(obj: Any, fn: str) -> None:
-    if not isinstance(obj, (Event, Tensor)) and not callable(getattr(obj, "wait", None)):
+    if not callable(getattr(obj, "wait", None)):
         raise InvalidArgumentError(
-            f"{fn}: {obj!r} is neither an eventide event or tensor nor has a wait() method")
+            f"{fn}: {obj!r} is neither an event or tensor (eventide's, or torch's, CuPy's or "
+            "Numba's) nor has a wait() method")
 
 
 def wait_all(events: Iterable[Any], timeout: Optional[float] = None) -> bool:
     """Block until every event has finished; raise the first failure (in list order).
 
-    ``events`` may also hold tensors (their producing ops) and objects of your own with a
-    ``wait()`` method (custom event classes): those are waited on in turn, after the eventide
-    events. Returns False if ``timeout`` seconds passed first (user objects are given the time
-    that is left, when their ``wait`` takes a ``timeout``).
+    ``events`` may hold eventide events and tensors, other libraries' events
+    (``torch.cuda.Event``, ``torch.Event``, ``cupy.cuda.Event``, Numba's) and tensors (the op
+    that produced them), waited for together without a busy loop; and objects of your own with
+    a ``wait()`` method (custom event classes), waited on in turn after the others. Returns False
+    if ``timeout`` seconds passed first (objects of your own are given the time that is left,
+    when their ``wait`` takes a ``timeout``). An object whose ``wait()`` takes a stream (as
+    torch's does: it makes a stream wait) is never taken for a host wait.
     """
     events = list(events)
+    ours, theirs = [], []
     for obj in events:
-        _check_waitable(obj, "wait_all")
-    ours = [_as_event(e) for e in events if isinstance(e, (Event, Tensor))]
-    theirs = [e for e in events if not isinstance(e, (Event, Tensor))]
+        e = _event_of(obj)
+        if e is not None:
+            ours.append(e)
+        else:
+            _check_waitable(obj, "wait_all")
+            theirs.append(obj)
     import time
     start = time.monotonic()
     if ours and not _eventide._wait_all_events(ours, timeout):
@@ -140,13 +168,28 @@ def wait_all(events: Iterable[Any], timeout: Optional[float] = None) -> bool:
     return True
 
 
+def wait_any(events: Iterable[Any], timeout: Optional[float] = None) -> Optional[int]:
+    """The index of a finished event (the lowest among those finished), or None once
+    ``timeout`` seconds have passed. Takes eventide events and tensors and other libraries'
+    events and tensors (as wait_all does); for objects of your own with only a ``wait()``
+    method, use ``wait_any_async``."""
+    events = list(events)
+    converted = []
+    for i, obj in enumerate(events):
+        e = _event_of(obj)
+        if e is None:
+            raise InvalidArgumentError(
+                f"wait_any: events[{i}] = {obj!r} is not an event or tensor (eventide's, or torch's, "
+                "CuPy's or Numba's); an object with only a wait() method cannot be waited for "
+                "beside others on the host: await ev.wait_any_async([...]) can")
+        converted.append(e)
+    return _eventide._wait_any_events(converted, timeout)
+
+
 def _as_event(obj: Any) -> Event:
     """An eventide event, or an event tied to a tensor's producing op."""
-    if isinstance(obj, Tensor):
-        e = Event()
-        e.record(obj)
-        return e
-    return obj
+    e = _event_of(obj)
+    return obj if e is None else e
 
 
 @_contextlib.contextmanager
@@ -393,14 +436,32 @@ Tensor.__await__ = _tensor_await  # type: ignore[attr-defined]
 
 def _future_of(obj: Any, fn: str) -> "_asyncio.Future[Any]":
     """A future of the running loop for anything wait_all accepts: an event or a tensor
-    (through a callback, never by polling), an awaitable, or an object with a ``wait()``
-    method (called on the loop's default executor, since it blocks)."""
+    (eventide's or another library's: through a callback, never by polling), an awaitable, or
+    an object with a ``wait()`` method (called on the loop's default executor, since it
+    blocks)."""
     if isinstance(obj, (Event, Tensor)):
         return _event_future(_as_event(obj))
     if hasattr(obj, "__await__"):
         return _asyncio.ensure_future(obj)
+    e = _event_of(obj)
+    if e is not None:
+        return _event_future(e)
     _check_waitable(obj, fn)
     return _asyncio.get_running_loop().run_in_executor(None, obj.wait)
+
+
+def _futures_of(events: list, fn: str) -> list:
+    """_future_of each; if one cannot be made (not an event), those made are cancelled, so that
+    no callback is left on an event."""
+    futures: list = []
+    try:
+        for e in events:
+            futures.append(_future_of(e, fn))
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+    return futures
 
 
 async def wait_all_async(events: Iterable[Any], timeout: Optional[float] = None) -> bool:
@@ -409,10 +470,7 @@ async def wait_all_async(events: Iterable[Any], timeout: Optional[float] = None)
     what ``wait_all`` takes (events, tensors, objects with ``wait()``) and awaitables. False if
     ``timeout`` seconds passed first."""
     events = list(events)
-    for obj in events:
-        if not hasattr(obj, "__await__"):
-            _check_waitable(obj, "wait_all_async")
-    futures = [_future_of(e, "wait_all_async") for e in events]
+    futures = _futures_of(events, "wait_all_async")
     try:
         if futures:
             # A failure ends the wait at once, as with asyncio.gather.
@@ -441,9 +499,7 @@ async def wait_any_async(events: Iterable[Any], timeout: Optional[float] = None)
             return i
         if isinstance(e, Tensor) and e.ready:
             return i
-        if not isinstance(e, (Event, Tensor)) and not hasattr(e, "__await__"):
-            _check_waitable(e, "wait_any_async")
-    futures = [_future_of(e, "wait_any_async") for e in events]
+    futures = _futures_of(events, "wait_any_async")
     try:
         done, _ = await _asyncio.wait(futures, timeout=timeout,
                                       return_when=_asyncio.FIRST_COMPLETED)

@@ -49,6 +49,15 @@ detail::Callback to_callback(const py::object& fn, const char* where);
 // Event.wait(timeout): true once finished (raising its error), false on timeout.
 bool wait_event(const Event& e, const py::object& timeout);
 std::string event_repr(const Event& e);
+// Event.record(obj=None, *, stream=None).
+void record_event(Event& e, const py::object& obj, const py::object& stream);
+// Event.from_native(handle, device=None, enable_timing=True).
+Event event_from_native(const py::object& handle, const py::object& device, bool enable_timing);
+// The device a native CUDA object goes to when none is named: the default device if it is a
+// GPU, else cuda:0; InvalidArgument where there is none.
+Device default_native_device(const char* where);
+// Event.cuda_event: its native CUDA event as an int.
+py::int_ native_event_of(const Event& e);
 void bind_events(py::module_& m);
 
 // --- streams.cpp ---
@@ -57,6 +66,11 @@ void bind_events(py::module_& m);
 void* native_from_number(std::intptr_t n);
 // An eventide Stream, or another library's CUDA stream; TypeError otherwise.
 Stream as_stream(const py::handle& obj, const char* where);
+// Another library's CUDA stream as an eventide Stream; nullopt if `obj` is none.
+std::optional<Stream> try_foreign_stream(const py::handle& obj);
+// Another library's event as an eventide Event (eventide._interop.as_event); TypeError if it
+// is none.
+Event foreign_event(const py::handle& obj, const char* where);
 // Brings the calling thread's current streams up to date with the `with stream:` blocks of the
 // running context: every entry point that uses the current stream calls it first.
 void sync_current_streams();

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "eventide/interop.hpp"
 
 namespace eventide::python {
 
@@ -159,6 +160,99 @@ bool wait_event(const Event& e, const py::object& timeout) {
   return done;
 }
 
+namespace {
+
+// Event.wait(timeout): a stream given where PyTorch's Event.wait(stream) takes one is pointed
+// to Stream.wait(event).
+bool wait_event_checked(const Event& e, const py::object& timeout) {
+  if (!timeout.is_none() && !PyFloat_Check(timeout.ptr()) && !PyLong_Check(timeout.ptr())) {
+    const bool stream_like = py::isinstance<Stream>(timeout) || py::hasattr(timeout, "__cuda_stream__") ||
+                             py::hasattr(timeout, "cuda_stream");
+    if (stream_like) {
+      throw InvalidArgument("Event.wait(" + py::repr(timeout).cast<std::string>() +
+                            "): eventide's Event.wait blocks the host (its argument is a timeout "
+                            "in seconds); to make a stream wait for the event, as PyTorch's "
+                            "Event.wait(stream) does, call stream.wait(event)");
+    }
+  }
+  return wait_event(e, timeout);
+}
+
+// The eventide Stream or Device a marker for another library's tensor goes to
+// (eventide._interop.tensor_marker_target): a Stream, or a Device where nothing is pending.
+py::object foreign_tensor_target(const py::handle& obj) {
+  return py::module_::import("eventide._interop").attr("tensor_marker_target")(obj);
+}
+
+}  // namespace
+
+void record_event(Event& e, const py::object& obj, const py::object& stream) {
+  py::object what = obj;
+  if (!stream.is_none()) {
+    if (!obj.is_none()) {
+      throw py::type_error("Event.record: give a tensor or stream, or stream=, not both");
+    }
+    what = stream;
+  }
+  if (what.is_none()) {
+    sync_current_streams();
+    e.record();
+  } else if (py::isinstance<Tensor>(what)) {
+    e.record(what.cast<const Tensor&>());
+  } else if (py::isinstance<Stream>(what)) {
+    e.record(what.cast<const Stream&>());
+  } else if (auto s = try_foreign_stream(what)) {
+    e.record(*s);
+  } else if (py::hasattr(what, "__dlpack_device__") || py::hasattr(what, "__cuda_array_interface__") ||
+             py::hasattr(what, "__array_interface__")) {
+    py::object target = foreign_tensor_target(what);
+    if (py::isinstance<Stream>(target)) {
+      e.record(target.cast<const Stream&>());
+    } else {
+      // Host memory (NumPy, a torch cpu tensor): its producer ran when it returned.
+      Device d = target.cast<Device>();
+      interop::record_nothing(e, e.device().value_or(d));
+    }
+  } else {
+    throw py::type_error("Event.record: expected a tensor (eventide's or another library's), a "
+                         "stream (eventide's or another library's) or None, got " +
+                         py::repr(what).cast<std::string>());
+  }
+}
+
+Event event_from_native(const py::object& handle, const py::object& device, bool enable_timing) {
+  if (py::isinstance<py::bool_>(handle) || !(PyLong_Check(handle.ptr()) || py::hasattr(handle, "__int__"))) {
+    throw py::type_error("Event.from_native: the handle must be an int (a cudaEvent_t), got " +
+                         py::repr(handle).cast<std::string>());
+  }
+  py::object number = py::reinterpret_steal<py::object>(PyNumber_Long(handle.ptr()));
+  if (!number) throw py::error_already_set();
+  const auto value = number.cast<std::uintptr_t>();
+  if (value == 0) {
+    throw InvalidArgument("Event.from_native: the handle is 0 (null); a native event that was "
+                          "never created has nothing to wait for");
+  }
+  Device d = device.is_none() ? default_native_device("Event.from_native") : device_or_default(device);
+  return Event::from_native(reinterpret_cast<CUevent_st*>(value), d, EventOptions{.enable_timing = enable_timing});
+}
+
+Device default_native_device(const char* where) {
+  Device d = default_device();
+  if (d.kind() == DeviceKind::cuda) return d;
+  if (is_available(Device::cuda(0))) return Device::cuda(0);
+  throw InvalidArgument(std::string(where) + ": no CUDA device is available here (a native event "
+                        "belongs to a CUDA device)");
+}
+
+py::int_ native_event_of(const Event& e) {
+  CUevent_st* native = nullptr;
+  {
+    py::gil_scoped_release unlocked;  // a few CUDA calls
+    native = e.native_handle();
+  }
+  return py::int_(reinterpret_cast<std::uintptr_t>(native));
+}
+
 std::string event_repr(const Event& e) {
   std::string s = e.str();  // "<Event pending on cpu, 2 ops>"
   return "<eventide." + s.substr(1);
@@ -168,28 +262,55 @@ void bind_events(py::module_& m) {
   // --- Events ---
   py::class_<Event> event_class(m, "Event", "An event tied to device work (see the package docstring).");
   event_class
-      .def(py::init([](const py::object& device, bool enable_timing) {
-             return Event(to_device(device), EventOptions{enable_timing});
+      .def(py::init([](const py::object& device, bool enable_timing, bool blocking, bool interprocess) {
+             return Event(to_device(device), EventOptions{.enable_timing = enable_timing,
+                                                          .blocking = blocking,
+                                                          .interprocess = interprocess});
            }),
-           "device"_a = py::none(), "enable_timing"_a = true)
-      .def("record",
-           [](Event& e, const py::object& obj) {
-             if (obj.is_none()) {
-               sync_current_streams();
-               e.record();
-             } else if (py::isinstance<Tensor>(obj)) {
-               e.record(obj.cast<const Tensor&>());
-             } else {
-               e.record(as_stream(obj, "Event.record"));
-             }
-           },
-           "obj"_a = py::none(),
-           "record(obj=None): tie the event to the op that produced a tensor, or place a marker "
-           "at the current end of a stream (an eventide Stream or another library's, e.g. "
-           "torch.cuda.current_stream()); None: the current stream.")
-      .def("wait", &wait_event, "timeout"_a = py::none(),
+           "device"_a = py::none(), "enable_timing"_a = true, "blocking"_a = false,
+           "interprocess"_a = false,
+           "Event(device=None, enable_timing=True, blocking=False, interprocess=False): an "
+           "empty event. enable_timing: keep device times (time_elapsed, elapsed_time); "
+           "blocking: host waits sleep at once instead of spinning first; interprocess: meant "
+           "for export_event (any event can be exported; the flag is PyTorch's).")
+      .def("record", &record_event, "obj"_a = py::none(), py::kw_only(), "stream"_a = py::none(),
+           "record(obj=None, *, stream=None): tie the event to the op that produced a tensor "
+           "(eventide's, or another library's: a marker on that library's current stream for "
+           "the tensor's device), or place a marker at the current end of a stream (an eventide "
+           "Stream or another library's, e.g. torch.cuda.current_stream()); None: the current "
+           "stream. stream= is PyTorch's, CuPy's and Numba's keyword.")
+      .def_static("from_native",
+                  [](const py::object& handle, const py::object& device, bool enable_timing) {
+                    return event_from_native(handle, device, enable_timing);
+                  },
+                  "handle"_a, "device"_a = py::none(), "enable_timing"_a = true,
+                  "Event.from_native(handle, device=None): an Event standing for a native CUDA "
+                  "event (a cudaEvent_t as an int) as it is now: it finishes once the GPU has "
+                  "passed that event's most recent record. device: the CUDA device whose internal "
+                  "stream waits for it (default: the default device if it is a GPU, else cuda:0).")
+      .def_static("_of_nothing",
+                  [](const py::object& device) {
+                    Event e(to_device(device));
+                    interop::record_nothing(e, to_device(device).value_or(Device::cpu()));
+                    return e;
+                  },
+                  "device"_a = py::none(),
+                  "A finished event tied to nothing (another library's event never recorded).")
+      .def_property_readonly("cuda_event", &native_event_of,
+                             "A native CUDA event (cudaEvent_t, as an int) that the GPU passes once "
+                             "the work tied so far has finished, for other libraries and CUDA code "
+                             "to wait on (recorded again at each read). It belongs to this event and "
+                             "lives as long as it does. EventStateError for an empty event or work "
+                             "held on the host; on the CPU there is none.")
+      .def("native_handle", &native_event_of, "The same as the cuda_event property.")
+      .def_property_readonly("blocking", [](const Event& e) { return e.options().blocking; },
+                             "Whether host waits sleep at once instead of spinning first.")
+      .def_property_readonly("interprocess", [](const Event& e) { return e.options().interprocess; },
+                             "Whether the event was made with interprocess=True.")
+      .def("wait", &wait_event_checked, "timeout"_a = py::none(),
            "Block until finished (True) or `timeout` seconds pass (False). Raises the error of "
-           "failed work, EventStateError if the event is empty.")
+           "failed work, EventStateError if the event is empty. (PyTorch's Event.wait(stream) "
+           "makes a stream wait: that is Stream.wait(event) here.)")
       .def_property_readonly("device", &Event::device,
                              "The device of the tied work; None until the first record unless given.")
       .def_property_readonly("status", [](const Event& e) { return std::string(name(e.status())); },
@@ -227,10 +348,11 @@ void bind_events(py::module_& m) {
 
   py::class_<UserEvent, Event>(m, "UserEvent", "An event finished by host code: set() or fail(exc).",
                                py::custom_type_setup(&setup_user_event_type))
-      .def(py::init([](const py::object& device, bool enable_timing) {
-             return UserEvent(to_device(device), EventOptions{enable_timing});
+      .def(py::init([](const py::object& device, bool enable_timing, bool blocking) {
+             return UserEvent(to_device(device),
+                              EventOptions{.enable_timing = enable_timing, .blocking = blocking});
            }),
-           "device"_a = py::none(), "enable_timing"_a = true)
+           "device"_a = py::none(), "enable_timing"_a = true, "blocking"_a = false)
       .def("set", &UserEvent::set)
       .def("fail", [](UserEvent& u, py::object exc) {
         if (PyExceptionClass_Check(exc.ptr())) exc = exc();
@@ -245,7 +367,7 @@ void bind_events(py::module_& m) {
 
 
   m.def("_wait_all_events", &wait_all_events, "events"_a, "timeout"_a = py::none());
-  m.def("wait_any", &wait_any_events, "events"_a, "timeout"_a = py::none(),
+  m.def("_wait_any_events", &wait_any_events, "events"_a, "timeout"_a = py::none(),
         "Index of a finished event (the lowest), or None on timeout.");
 }
 

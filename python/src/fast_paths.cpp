@@ -113,8 +113,9 @@ void install_fast_paths(py::handle cls) {
                                "query($self, /)\n--\n\nPyTorch's spelling of poll()."};
   static PyMethodDef record_def{"record", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_record)),
                                 METH_FASTCALL | METH_KEYWORDS,
-                                "record($self, /, obj=None)\n--\n\nTie the event to the op that produced a tensor, "
-                                "or to all work so far on a stream (default: the current stream)."};
+                                "record($self, /, obj=None, *, stream=None)\n--\n\nTie the event to the op that produced a "
+                                "tensor (eventide's or another library's), or to all work so far on a stream "
+                                "(default: the current stream); stream= is PyTorch's keyword."};
   static PyMethodDef wait_def{"wait", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_wait)),
                               METH_FASTCALL | METH_KEYWORDS,
                               "wait($self, /, timeout=None)\n--\n\nBlock until finished (True) or timeout "

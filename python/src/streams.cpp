@@ -35,6 +35,10 @@ std::optional<Stream> foreign_stream(const py::handle& obj) {
     return std::nullopt;
   }
   const std::string module = py::str(py::type::handle_of(obj).attr("__module__")).cast<std::string>();
+  // An event of those libraries has the same attributes as their streams (CuPy's `ptr`,
+  // Numba's `handle`): only a class named as a stream is one.
+  const std::string type_name = py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>();
+  const bool named_stream = type_name.find("Stream") != std::string::npos;
   std::optional<std::intptr_t> handle;
   std::optional<Device> device;
   if (py::hasattr(obj, "__cuda_stream__")) {
@@ -52,13 +56,13 @@ std::optional<Stream> foreign_stream(const py::handle& obj) {
     handle = v[py::int_(1)].cast<std::intptr_t>();
   } else if (py::hasattr(obj, "cuda_stream")) {  // torch.cuda.Stream, torch.cuda.ExternalStream
     handle = as_handle(obj.attr("cuda_stream"));
-  } else if (module.rfind("cupy", 0) == 0 && py::hasattr(obj, "ptr")) {
+  } else if (module.rfind("cupy", 0) == 0 && named_stream && py::hasattr(obj, "ptr")) {
     handle = as_handle(obj.attr("ptr"));
     if (py::hasattr(obj, "device_id")) {
       const int id = obj.attr("device_id").cast<int>();
       if (id >= 0) device = Device::cuda(id);  // -1: the null and per-thread singletons
     }
-  } else if (module.rfind("numba", 0) == 0 && py::hasattr(obj, "handle")) {
+  } else if (module.rfind("numba", 0) == 0 && named_stream && py::hasattr(obj, "handle")) {
     handle = as_handle(obj.attr("handle"));
   }
   if (!handle) return std::nullopt;
@@ -167,6 +171,17 @@ void synchronize_interruptibly(const SyncPoint& end) {
 
 void* native_from_number(std::intptr_t n) { return reinterpret_cast<void*>(n); }
 
+std::optional<Stream> try_foreign_stream(const py::handle& obj) { return foreign_stream(obj); }
+
+Event foreign_event(const py::handle& obj, const char* where) {
+  py::object e = py::module_::import("eventide._interop").attr("as_event")(obj);
+  if (e.is_none()) {
+    throw py::type_error(std::string(where) + ": expected an event (eventide's, or torch's, CuPy's or "
+                         "Numba's) or a stream, got " + py::repr(obj).cast<std::string>());
+  }
+  return e.cast<Event>();
+}
+
 Stream as_stream(const py::handle& obj, const char* where) {
   if (py::isinstance<Stream>(obj)) return obj.cast<Stream>();
   if (auto s = foreign_stream(obj)) return *s;
@@ -183,14 +198,32 @@ void bind_streams(py::module_& m) {
 
   // --- Streams ---
   py::class_<Stream>(m, "Stream", "An in-order queue of device work.")
-      .def(py::init([](const py::object& device) {
-             if (py::isinstance<Stream>(device)) return device.cast<Stream>();
-             if (auto native = foreign_stream(device)) return *native;
-             return Stream(device_or_default(device));
+      .def(py::init([](const py::object& device, int priority) {
+             std::optional<Stream> given;
+             if (py::isinstance<Stream>(device)) {
+               given = device.cast<Stream>();
+             } else {
+               given = foreign_stream(device);
+             }
+             if (given) {
+               if (priority != 0 && priority != given->priority()) {
+                 throw InvalidArgument("Stream(" + py::repr(device).cast<std::string>() + ", priority=" +
+                                       std::to_string(priority) + "): a stream over an existing one keeps "
+                                       "its own priority (" + std::to_string(given->priority()) +
+                                       "); make that stream with the priority you want");
+               }
+               return *given;
+             }
+             return Stream(device_or_default(device), StreamOptions{.priority = priority});
            }),
-           "device"_a = py::none(),
-           "Stream(device=None): a new stream; Stream(torch_stream) or Stream(obj with "
-           "__cuda_stream__): one over that stream (not owned)")
+           "device"_a = py::none(), "priority"_a = 0,
+           "Stream(device=None, priority=0): a new stream (lower priority numbers are more "
+           "urgent: stream_priority_range() gives the device's range, and a priority outside it "
+           "is clamped to the nearer end, as PyTorch does); Stream(torch_stream) or Stream(obj "
+           "with __cuda_stream__): one over that stream (not owned), with its own priority")
+      .def_property_readonly("priority", &Stream::priority,
+                             "The stream's priority: lower numbers are more urgent (a wrapped "
+                             "stream's own).")
       .def_static("from_native",
                   [](const py::object& a, const py::object& b) {
                     // from_native(handle) or from_native(device, handle): the device is the
@@ -227,13 +260,23 @@ void bind_streams(py::module_& m) {
            [](Stream& s, const py::object& what) {
              if (py::isinstance<Event>(what)) {
                s.wait(what.cast<const Event&>());
+             } else if (py::isinstance<Stream>(what)) {
+               s.wait_stream(what.cast<const Stream&>());
+             } else if (auto other = foreign_stream(what)) {
+               s.wait_stream(*other);
              } else {
-               s.wait_stream(as_stream(what, "Stream.wait"));
+               s.wait(foreign_event(what, "Stream.wait"));
              }
            },
            "event_or_stream"_a,
-           "Later work on this stream waits for an event, or for all work so far on a stream.")
-      .def("wait_event", &Stream::wait_event, "event"_a)
+           "Later work on this stream waits for an event (eventide's, or another library's: "
+           "torch.cuda.Event, torch.Event, cupy.cuda.Event, a Numba event; on a GPU the GPU "
+           "waits, the host does not), or for all work so far on a stream.")
+      .def("wait_event",
+           [](Stream& s, const py::object& event) {
+             s.wait(py::isinstance<Event>(event) ? event.cast<Event>() : foreign_event(event, "Stream.wait_event"));
+           },
+           "event"_a, "Later work on this stream waits for the event (see wait).")
       .def("wait_stream",
            [](Stream& s, const py::object& other) { s.wait_stream(as_stream(other, "Stream.wait_stream")); },
            "stream"_a)
@@ -269,6 +312,12 @@ void bind_streams(py::module_& m) {
           return Stream::current(device_or_default(d));
         },
         "device"_a = py::none());
+  m.def("stream_priority_range",
+        [](const py::object& d) { return stream_priority_range(device_or_default(d)); },
+        "device"_a = py::none(),
+        "(least, greatest) stream priority of the device, as PyTorch's "
+        "Stream.priority_range(): lower numbers are more urgent; (0, 0) where streams have one "
+        "priority (the CPU).");
   m.def("default_stream", [](const py::object& d) { return Stream::default_stream(device_or_default(d)); },
         "device"_a = py::none());
 

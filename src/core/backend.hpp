@@ -15,15 +15,19 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/fork.hpp"
 #include "core/ref.hpp"
+#include "core/timeline.hpp"
 #include "eventide/device.hpp"
 
 namespace eventide::ops {
@@ -34,6 +38,33 @@ namespace eventide::detail {
 
 class StreamState;
 class Storage;
+
+// A device's native events (CUDA's cudaEvent_t), for Event::from_native and
+// Event::native_handle: the core passes them through as opaque pointers. Thread-safety: every
+// member, from any thread.
+class NativeEvents {
+ public:
+  // Makes `native_stream` (one of this device's) wait on the device for the most recent record
+  // of `event` (a never-recorded one: nothing to wait for). Called inside a launch body, the
+  // device current. InvalidArgument if `event` is not a native event of this process.
+  virtual void wait(void* native_stream, void* event) = 0;
+  // A new native event without timing, on this device. DeviceError.
+  virtual void* create() = 0;
+  // Records `event` at the current end of `native_stream`. Inside a launch body. DeviceError.
+  virtual void record(void* event, void* native_stream) = 0;
+  // Destroys an event create() made. Never throws; from any thread, any lock held.
+  virtual void destroy(void* event) noexcept = 0;
+
+ protected:
+  ~NativeEvents() = default;
+};
+
+// A point on a host timeline that passes once all work queued on a device before it was
+// taken has finished, by anyone (DeviceBackend::device_wide_point).
+struct DevicePoint {
+  Ref<Timeline> timeline;
+  std::uint64_t seq = 0;
+};
 
 // A native event shared between processes (eventide/ipc.hpp's GPU path): on CUDA, an event
 // made with cudaEventInterprocess, or one opened from another process's handle. Destroyed
@@ -59,7 +90,20 @@ class DeviceBackend {
   virtual Device device() const = 0;
   virtual DeviceInfo info() const = 0;
   // A new stream. Cheap: no thread or native object needs to exist before its first op.
-  virtual std::shared_ptr<StreamState> create_stream(std::uint64_t id) = 0;
+  // `priority` is within stream_priority_range() (the core clamps it).
+  virtual std::shared_ptr<StreamState> create_stream(std::uint64_t id, int priority) = 0;
+  // The stream priorities of the device as {least, greatest}: lower numbers are more urgent,
+  // as in CUDA ({0, -5} on an H200); {0, 0} where the device has one priority.
+  virtual std::pair<int, int> stream_priority_range() const { return {0, 0}; }
+  // The device's native events, or null where it has none (the CPU).
+  virtual NativeEvents* native_events() noexcept { return nullptr; }
+  // For synchronize(device): where work runs on the device that eventide's streams do not
+  // see (a GPU, through other libraries' native streams), a point that passes once all work
+  // queued on the device before this call has finished; nullopt where eventide's streams are
+  // all there is (the CPU). DeviceError if the device has failed. Never blocks.
+  virtual std::optional<DevicePoint> device_wide_point() { return std::nullopt; }
+  // The device's failure as a whole (a GPU's sticky error), else null.
+  virtual std::exception_ptr device_error() const { return nullptr; }
   // A stream over a native one owned by someone else (a cudaStream_t): the same one for the
   // same native stream while it lives. `make_id` gives a new stream's id. InvalidArgument
   // where the device has none, or if the native stream is another device's.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "core/backend.hpp"
 #include "core/event_state.hpp"
 #include "core/runtime.hpp"
 #include "core/stream_state.hpp"
@@ -29,7 +30,15 @@ std::atomic<std::uint64_t> g_next_observer_id{1};
 }  // namespace
 
 EventState::EventState(std::optional<Device> device, EventOptions options)
-    : fixed_device_(device), device_(device), timing_(options.enable_timing) {}
+    : fixed_device_(device),
+      device_(device),
+      timing_(options.enable_timing),
+      blocking_(options.blocking),
+      interprocess_(options.interprocess) {}
+
+EventState::~EventState() {
+  if (void* native = native_event_.load(std::memory_order_acquire)) native_events_->destroy(native);
+}
 
 void EventState::fold_locked(const Ref<Work>& work) {
   if (work->error() && !error_) error_ = work->error();
@@ -524,6 +533,11 @@ bool Event::poll() const noexcept { return state_->poll(); }
 EventStatus Event::status() const noexcept { return state_->status(); }
 std::optional<Device> Event::device() const { return state_->device(); }
 bool Event::timing_enabled() const noexcept { return state_->timing_enabled(); }
+EventOptions Event::options() const noexcept {
+  return EventOptions{.enable_timing = state_->timing_enabled(),
+                      .blocking = state_->blocking(),
+                      .interprocess = state_->interprocess()};
+}
 
 std::chrono::duration<double, std::micro> Event::time_elapsed() const {
   return std::chrono::duration<double, std::micro>(state_->time_elapsed_us());

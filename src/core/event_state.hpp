@@ -51,10 +51,12 @@
 namespace eventide::detail {
 
 class StreamState;
+class NativeEvents;
 
 class EventState : public std::enable_shared_from_this<EventState> {
  public:
   EventState(std::optional<Device> device, EventOptions options);
+  ~EventState();
   // A UserEvent: PENDING from the start, recorded on its own host timeline (round 1).
   static std::shared_ptr<EventState> make_user(std::optional<Device> device, EventOptions options);
 
@@ -107,6 +109,11 @@ class EventState : public std::enable_shared_from_this<EventState> {
   std::exception_ptr error();
   std::optional<Device> device();
   bool timing_enabled() const noexcept { return timing_; }
+  bool blocking() const noexcept { return blocking_; }
+  bool interprocess() const noexcept { return interprocess_; }
+  // Event::native_handle's native event: made by `events` at the first call, kept (and
+  // destroyed) with the event.
+  void* native_event(NativeEvents& events);
   // Device microseconds from the earliest tied start to the latest end.
   double time_elapsed_us();
   // When the last tied work ended: in its device's clock (ns), and that work if it has a
@@ -248,6 +255,10 @@ class EventState : public std::enable_shared_from_this<EventState> {
   const std::optional<Device> fixed_device_;
   std::optional<Device> device_;
   const bool timing_;
+  const bool blocking_;
+  const bool interprocess_;
+  std::atomic<void*> native_event_{nullptr};  // set once (native_event())
+  NativeEvents* native_events_ = nullptr;     // who destroys it; set before native_event_
   // Each in the task that takes it to the dispatcher, made by add_callback: handing them over
   // allocates nothing (CallbackTask::id is the CallbackId).
   CallbackList callbacks_;

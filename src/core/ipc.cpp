@@ -87,6 +87,15 @@
 namespace eventide::ipc {
 
 namespace {
+// A GPU-side wait for a native event launches none of the backend's kernels.
+eventide::detail::LaunchOptions no_backend_kernels() {
+  eventide::detail::LaunchOptions options;
+  options.no_backend_kernels = true;
+  return options;
+}
+}  // namespace
+
+namespace {
 
 using eventide::detail::EventState;
 using eventide::detail::IpcNativeEvent;
@@ -1063,7 +1072,8 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
                      // Without a record, or once the word is final, the exported work is over:
                      // nothing to wait for on the GPU.
                      if (held->native) held->native->wait_on(native_stream);
-                   }));
+                   }),
+                   no_backend_kernels());
     Ref<Work> marker = stream->mark(StreamState::MarkerTiming::untimed);
     // Once the stream has passed the wait on the GPU (or failed), the native event is closed
     // and the exporter told it may destroy its own (the users word).

@@ -28,12 +28,31 @@ std::shared_ptr<StreamState> DeviceContext::default_stream() {
   return default_stream_;
 }
 
-std::shared_ptr<StreamState> DeviceContext::create_stream(std::uint64_t id) {
-  auto stream = backend_->create_stream(id);
+std::shared_ptr<StreamState> DeviceContext::create_stream(std::uint64_t id, int priority) {
+  // {least, greatest}, greatest the smaller number: a priority outside goes to the nearer end.
+  const auto [least, greatest] = backend_->stream_priority_range();
+  priority = std::clamp(priority, std::min(least, greatest), std::max(least, greatest));
+  auto stream = backend_->create_stream(id, priority);
   std::lock_guard lock(mu_);
   std::erase_if(streams_, [](const std::weak_ptr<StreamState>& w) { return w.expired(); });
   streams_.push_back(stream);
   return stream;
+}
+
+std::shared_ptr<StreamState> DeviceContext::internal_stream(const std::function<std::uint64_t()>& make_id) {
+  std::lock_guard lock(internal_mu_);
+  for (const auto& s : internal_) {
+    if (s->own_work_done()) return s;
+  }
+  if (internal_.size() < kInternalStreams) {
+    // Made under the lock: the lock is a leaf beside the backend's (a stream's making takes
+    // none of the runtime's other locks but mu_, below).
+    internal_.push_back(create_stream(make_id()));
+    return internal_.back();
+  }
+  // All busy: the next in turn (what goes there then also waits for what is queued there).
+  internal_next_ = (internal_next_ + 1) % internal_.size();
+  return internal_[internal_next_];
 }
 
 std::shared_ptr<StreamState> DeviceContext::wrap_stream(void* native,
@@ -207,10 +226,16 @@ Dispatcher& Runtime::dispatcher(const std::optional<Device>& device) {
   return host_dispatcher_;
 }
 
-std::shared_ptr<StreamState> Runtime::create_stream(Device device) {
+std::shared_ptr<StreamState> Runtime::create_stream(Device device, int priority) {
   check_running();
   DeviceContext& c = context(device);
-  return c.create_stream(next_stream_id_.fetch_add(1, std::memory_order_relaxed) + 1);
+  return c.create_stream(next_stream_id_.fetch_add(1, std::memory_order_relaxed) + 1, priority);
+}
+
+std::shared_ptr<StreamState> Runtime::internal_stream(Device device) {
+  check_running();
+  return context(device).internal_stream(
+      [this] { return next_stream_id_.fetch_add(1, std::memory_order_relaxed) + 1; });
 }
 
 std::shared_ptr<StreamState> Runtime::wrap_stream(Device device, void* native) {

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,7 +35,13 @@ class DeviceContext {
 
   // The stream ops use when no StreamGuard says otherwise (created at first use).
   std::shared_ptr<StreamState> default_stream();
-  std::shared_ptr<StreamState> create_stream(std::uint64_t id);
+  // A new stream of `priority`, clamped to the device's range as CUDA and PyTorch clamp it.
+  std::shared_ptr<StreamState> create_stream(std::uint64_t id, int priority = 0);
+  // A stream of the runtime's own for short internal work (Event::from_native's GPU-side
+  // wait, Event::native_handle's record): one whose work has all finished, so that what is
+  // put there waits for nothing else, or a new one; past kInternalStreams, the next in turn.
+  std::shared_ptr<StreamState> internal_stream(const std::function<std::uint64_t()>& make_id);
+  static constexpr std::size_t kInternalStreams = 16;
   // The backend's stream over `native` (see DeviceBackend::wrap_stream), tracked like the
   // others.
   std::shared_ptr<StreamState> wrap_stream(void* native, const std::function<std::uint64_t()>& make_id);
@@ -65,6 +72,9 @@ class DeviceContext {
   std::shared_ptr<StreamState> default_stream_;  // set once, before default_made_
   RuntimeMutex mu_;
   std::vector<std::weak_ptr<StreamState>> streams_;
+  RuntimeMutex internal_mu_;
+  std::vector<std::shared_ptr<StreamState>> internal_;  // under internal_mu_
+  std::size_t internal_next_ = 0;  // under internal_mu_: the next in turn once all are busy
   std::uint64_t seed_ = 0;
   std::uint64_t offset_ = 0;
   bool lost_in_fork_ = false;
@@ -87,7 +97,8 @@ class Runtime {
   // Where the callbacks of an event on `device` run (host-only events: a host thread).
   Dispatcher& dispatcher(const std::optional<Device>& device);
 
-  std::shared_ptr<StreamState> create_stream(Device device);
+  std::shared_ptr<StreamState> create_stream(Device device, int priority = 0);
+  std::shared_ptr<StreamState> internal_stream(Device device);
   std::shared_ptr<StreamState> wrap_stream(Device device, void* native);
   // The device whose backend knows the native stream `native`; InvalidArgument if none does.
   Device native_stream_device(void* native);

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend.hpp"
 #include "core/event_state.hpp"
 #include "core/nvtx.hpp"
 #include "core/observer.hpp"
@@ -54,9 +55,13 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   auto work = make_ref<Work>(timeline_, std::move(name), WorkKind::op);
   work->body() = std::move(body);
   if (options.must_issue) work->set_must_issue();
+  if (options.no_backend_kernels) work->set_no_backend_kernels();
   Work::Deps& deps = work->deps();
-  deps.reserve(reads.size() + writes.size() + 2);
+  deps.reserve(reads.size() + writes.size() + options.also_after.size() + 2);
   if (options.after && !options.after->done()) deps.push_back(Dep{options.after, DepKind::order});
+  for (const Ref<Work>& w : options.also_after) {
+    if (!w->done()) deps.push_back(Dep{w, DepKind::order});
+  }
 
   std::lock_guard lock(submit_mu_);
   // The number comes first: once the hazards below publish the work, other threads may
@@ -145,6 +150,15 @@ bool StreamState::query() const {
   return timeline_->passed(target) && native_idle();
 }
 
+bool StreamState::own_work_done() const {
+  std::uint64_t target;
+  {
+    std::lock_guard lock(submit_mu_);
+    target = enqueued_;
+  }
+  return timeline_->passed(target);
+}
+
 std::uint64_t StreamState::sync_point() {
   // The marker synchronize needs is no work of the user's: observers do not see it.
   if (native_handle()) return enqueue_marker(WorkKind::untimed_marker, MarkerOwner::runtime)->seq();
@@ -203,6 +217,15 @@ void run_work(Work& work, const std::atomic<bool>& stop) noexcept {
 // --- Stream ------------------------------------------------------------------------------
 
 Stream::Stream(Device device) : state_(detail::Runtime::get().create_stream(device)) {}
+
+Stream::Stream(Device device, StreamOptions options)
+    : state_(detail::Runtime::get().create_stream(device, options.priority)) {}
+
+int Stream::priority() const noexcept { return state_->priority(); }
+
+std::pair<int, int> stream_priority_range(Device device) {
+  return detail::Runtime::get().context(device).backend().stream_priority_range();
+}
 
 Stream Stream::current(Device device) { return Stream(detail::Runtime::get().current_stream(device)); }
 
@@ -283,7 +306,9 @@ Event Stream::enqueue_impl(std::string name, detail::Callback fn, std::vector<Te
   if (name.empty()) name = "enqueue";
   // The body keeps the memory it touches alive until it has run.
   detail::Callback body = [fn = std::move(fn), keep = std::move(keep)]() mutable { fn(); };
-  auto work = state_->launch(std::move(name), r, w, std::move(body));
+  detail::LaunchOptions options;
+  options.no_backend_kernels = true;  // the user's own code
+  auto work = state_->launch(std::move(name), r, w, std::move(body), options);
   Event e(device());
   e.state()->record(std::move(work), device());
   return e;

@@ -50,8 +50,13 @@ struct LaunchOptions {
   // propagate (DepKind::order): a communicator's previous collective, so that every rank
   // issues them in one order.
   Ref<Work> after;
+  // Ordered after each of these too, in the same way (Event::native_handle: a record after an
+  // event's pending work, whose failure is the event's, not the record's).
+  std::span<const Ref<Work>> also_after;
   // The body runs even if a dependency failed (Work::must_issue).
   bool must_issue = false;
+  // The body launches none of the backend's own kernels (Work::no_backend_kernels).
+  bool no_backend_kernels = false;
   // The op overwrites its `writes` whole and never reads them: their earlier writer orders it,
   // but that writer's failure does not become the op's (a collective into a caller's out,
   // reused after one that failed).
@@ -107,6 +112,11 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // The native stream (cudaStream_t), null where there is none. A stream that has one may
   // carry work other code enqueued there, which only a marker covers.
   virtual void* native_handle() const noexcept { return nullptr; }
+  // The stream's priority (lower numbers are more urgent; DeviceBackend::stream_priority_range):
+  // the one it was made with, or a wrapped native stream's own.
+  virtual int priority() const noexcept { return 0; }
+  // Whether every Work enqueued so far has finished (the native stream's other work aside).
+  bool own_work_done() const;
   // Whether work enqueued here may be launched by another thread than the caller's (a held
   // GPU op, by the watcher): false for a per-thread default stream, which is another stream
   // on each thread.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/backend.hpp"
 #include "core/nvtx.hpp"
 #include "core/runtime.hpp"
 #include "core/stream_state.hpp"
@@ -16,21 +17,30 @@ void SyncPoint::add(const std::shared_ptr<detail::StreamState>& stream) {
 
 SyncPoint::SyncPoint(const Stream& stream) { add(stream.state()); }
 
-SyncPoint::SyncPoint(Device device) {
-  // Every stream's point first (a marker on a GPU stream), then the waits.
-  for (auto& s : detail::Runtime::get().context(device).live_streams()) add(s);
+void SyncPoint::add_device(Device device) {
+  // Every stream's point first (a marker on a GPU stream: it covers eventide's work held on
+  // the host too), then the device's own point, taken after them: it covers what other code
+  // queued there.
+  detail::DeviceContext& ctx = detail::Runtime::get().context(device);
+  for (auto& s : ctx.live_streams()) add(s);
+  if (std::optional<detail::DevicePoint> p = ctx.backend().device_wide_point()) {
+    detail::Timeline* t = p->timeline.detach();  // its reference goes to the shared_ptr
+    device_points_.push_back(
+        DevicePoint{device, std::shared_ptr<detail::Timeline>(t, [](detail::Timeline* tl) { tl->release(); }), p->seq});
+  }
 }
 
+SyncPoint::SyncPoint(Device device) { add_device(device); }
+
 SyncPoint::SyncPoint() {
-  auto& rt = detail::Runtime::get();
-  for (Device d : rt.devices()) {
-    for (auto& s : rt.context(d).live_streams()) add(s);
-  }
+  for (Device d : detail::Runtime::get().devices()) add_device(d);
 }
 
 bool SyncPoint::query() const {
   return std::all_of(points_.begin(), points_.end(),
-                     [](const Point& p) { return p.stream->timeline().passed(p.seq); });
+                     [](const Point& p) { return p.stream->timeline().passed(p.seq); }) &&
+         std::all_of(device_points_.begin(), device_points_.end(),
+                     [](const DevicePoint& p) { return p.timeline->passed(p.seq); });
 }
 
 bool SyncPoint::wait_until(const detail::Deadline& deadline) const {
@@ -38,8 +48,14 @@ bool SyncPoint::wait_until(const detail::Deadline& deadline) const {
   for (const Point& p : points_) {
     if (!detail::wait_for_fence(p.stream->timeline(), p.seq, deadline)) return false;
   }
+  for (const DevicePoint& p : device_points_) {
+    if (!detail::wait_for_fence(*p.timeline, p.seq, deadline)) return false;
+  }
   for (const Point& p : points_) {
     if (auto e = p.stream->device_error()) std::rethrow_exception(e);
+  }
+  for (const DevicePoint& p : device_points_) {
+    if (auto e = detail::Runtime::get().context(p.device).backend().device_error()) std::rethrow_exception(e);
   }
   return true;
 }

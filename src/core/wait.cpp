@@ -99,7 +99,9 @@ bool EventState::wait_pending(const Deadline& deadline, std::uint64_t finished_b
       }
       return true;
     };
-    if (spin_until([&] { return all_done() || finishes() != finished_before; }, deadline) &&
+    // A blocking event (EventOptions::blocking) does not spin: it parks at once.
+    if (!blocking_ &&
+        spin_until([&] { return all_done() || finishes() != finished_before; }, deadline) &&
         (poll() || finishes() != finished_before)) {
       return true;
     }

@@ -108,6 +108,11 @@ class Work final : public RefCounted {
   // Set before it is submitted.
   bool must_issue() const noexcept { return must_issue_; }
   void set_must_issue() noexcept { must_issue_ = true; }
+  // Whether the body launches none of the backend's own kernels (a native event's record or
+  // wait, the user's enqueued function): it need not wait for their code to be loaded at the
+  // device's start-up. Set before it is submitted.
+  bool no_backend_kernels() const noexcept { return no_backend_kernels_; }
+  void set_no_backend_kernels() noexcept { no_backend_kernels_ = true; }
 
   // Valid once done() (or failed_at_launch()). A GPU op whose inputs were still running when
   // it was launched learns only later whether they failed: its error is then decided on the
@@ -155,6 +160,7 @@ class Work final : public RefCounted {
   Deps& deps() noexcept { return deps_; }
   const Deps& deps() const noexcept { return deps_; }
   Callback& body() noexcept { return body_; }
+  bool has_body() const noexcept { return static_cast<bool>(body_); }
   // Drops the body and deps once the work has run: they hold memory (tensor storage) that
   // the op no longer needs. Decides a deferred error first, while the deps are there.
   void release_execution_state() noexcept;
@@ -171,6 +177,7 @@ class Work final : public RefCounted {
   enum : std::uint8_t { kHeld, kLaunched, kLaunchedFailed };
   std::atomic<std::uint8_t> launch_;
   bool must_issue_ = false;
+  bool no_backend_kernels_ = false;
   mutable std::exception_ptr error_;
   mutable std::atomic<bool> deferred_{false};
   mutable SpinLock exec_mu_;  // deferred error vs. release of the deps

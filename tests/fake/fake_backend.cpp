@@ -165,9 +165,12 @@ void FakeTimeline::await_timing(Work& work) { device_.await_timing(work); }
 
 class FakeStream final : public StreamState {
  public:
-  FakeStream(ev::Device device, std::uint64_t id, FakeDevice& owner)
+  FakeStream(ev::Device device, std::uint64_t id, FakeDevice& owner, int priority = 0)
       : StreamState(device, id, detail::make_ref<FakeTimeline>(detail::stream_name(device, id), owner)),
-        owner_(owner) {}
+        owner_(owner),
+        priority_(priority) {}
+
+  int priority() const noexcept override { return priority_; }
 
   std::exception_ptr device_error() const override { return owner_.broken(); }
   FakeTimeline& fake_timeline() const noexcept { return static_cast<FakeTimeline&>(timeline()); }
@@ -292,6 +295,7 @@ class FakeStream final : public StreamState {
   }
 
   FakeDevice& owner_;
+  const int priority_;
   std::mutex run_mu_;
   detail::RuntimeMutex mu_;
   std::deque<Ref<Work>> held_;
@@ -382,8 +386,10 @@ class FakeBackend final : public detail::DeviceBackend {
   ev::DeviceInfo info() const override {
     return {device_, "fake", "a device the test drives by hand (tests/fake)"};
   }
-  std::shared_ptr<StreamState> create_stream(std::uint64_t id) override {
-    auto s = std::make_shared<FakeStream>(device_, id, state_);
+  // Priorities as a GPU has them (least 0, greatest -3), for the core's clamping.
+  std::pair<int, int> stream_priority_range() const override { return {0, -3}; }
+  std::shared_ptr<StreamState> create_stream(std::uint64_t id, int priority) override {
+    auto s = std::make_shared<FakeStream>(device_, id, state_, priority);
     state_.add_stream(s);
     return s;
   }

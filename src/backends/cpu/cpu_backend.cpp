@@ -28,7 +28,7 @@ DeviceInfo CpuBackend::info() const {
   return DeviceInfo{Device::cpu(), "cpu", desc};
 }
 
-std::shared_ptr<StreamState> CpuBackend::create_stream(std::uint64_t id) {
+std::shared_ptr<StreamState> CpuBackend::create_stream(std::uint64_t id, int) {  // one priority: {0, 0}
   return std::make_shared<CpuStream>(Device::cpu(), id, pool_);
 }
 

@@ -26,7 +26,7 @@ class CpuBackend final : public detail::DeviceBackend {
 
   Device device() const override { return Device::cpu(); }
   DeviceInfo info() const override;
-  std::shared_ptr<StreamState> create_stream(std::uint64_t id) override;
+  std::shared_ptr<StreamState> create_stream(std::uint64_t id, int priority) override;
   std::shared_ptr<StreamState> wrap_stream(void* native,
                                            const std::function<std::uint64_t()>& make_id) override;
   Ref<detail::Storage> allocate(std::size_t bytes, StreamState& stream) override;

@@ -43,7 +43,18 @@ bool check_nothrow(cudaError_t status, const char* call, const char* what) noexc
   return false;
 }
 
+bool capturing(cudaStream_t stream) noexcept {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t st = cudaStreamIsCapturing(stream, &status);
+  if (st == cudaErrorStreamCaptureImplicit) {
+    (void)cudaGetLastError();  // not sticky: the blocking stream's capture is not invalidated
+    return true;
+  }
+  return st == cudaSuccess && status != cudaStreamCaptureStatusNone;
+}
+
 DeviceScope::DeviceScope(int index, std::nothrow_t) noexcept {
+  capture_mode_set_ = cudaThreadExchangeStreamCaptureMode(&capture_mode_) == cudaSuccess;
   int current = -1;
   if (cudaGetDevice(&current) == cudaSuccess && current == index) return;
   CUcontext before = nullptr;
@@ -59,6 +70,7 @@ DeviceScope::DeviceScope(Device device) : DeviceScope(device.index(), std::nothr
 DeviceScope::~DeviceScope() {
   // (restore_ is set only where driver() gave it.)
   if (restore_) driver()->ctx_set_current(restore_);
+  if (capture_mode_set_) (void)cudaThreadExchangeStreamCaptureMode(&capture_mode_);
 }
 
 namespace {

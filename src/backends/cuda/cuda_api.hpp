@@ -28,12 +28,23 @@ void check_driver(CUresult status, const char* call, const std::string& what);
 // destructors and threads): `what` is ready-made text ("for cuda:0 stream 3").
 bool check_nothrow(cudaError_t status, const char* call, const char* what) noexcept;
 
+// Stream capture (CUDA graphs: torch.cuda.graph, CuPy's, cudaStreamBeginCapture). Whether
+// `stream` is being captured, or its capture was invalidated, or it is the legacy default
+// stream while a blocking stream of the device captures (using it would join that capture).
+// Anything eventide issues on such a stream is refused before it touches the stream, so that
+// the capture stays valid (cudaStreamQuery or a host wait there would invalidate it).
+bool capturing(cudaStream_t stream) noexcept;
+
 // Makes a device the calling thread's current one for a scope (the CUDA runtime's current
 // device is per thread; every entry point of the backend opens one), then gives the thread
 // back the context it had: eventide leaves the current device as the program set it, since
 // CuPy, PyTorch's current_device and raw CUDA code allocate and launch there. A thread that
 // had no context keeps the device's: restoring "none" would only send its next runtime call
 // to device 0 and make a context there, which a process driving another GPU never needs.
+// For the scope the thread is also in cudaStreamCaptureModeRelaxed (then given back its own
+// mode): while another library captures a graph in the global mode (torch.cuda.graph's
+// default), eventide's calls on streams outside the capture (a query, an allocation) would
+// otherwise invalidate that capture.
 class DeviceScope {
  public:
   // DeviceError ("cudaSetDevice failed for cuda:1: ...") if the device cannot be made current.
@@ -49,6 +60,8 @@ class DeviceScope {
  private:
   CUcontext restore_ = nullptr;  // null: nothing to give back
   cudaError_t status_ = cudaSuccess;
+  cudaStreamCaptureMode capture_mode_ = cudaStreamCaptureModeRelaxed;  // the thread's, given back
+  bool capture_mode_set_ = false;
 };
 
 // Driver entry points, resolved once.

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "backends/cuda/cuda_api.hpp"
+#include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/cuda_ipc.hpp"
 #include "backends/cuda/cuda_memory.hpp"
 #include "backends/cuda/cuda_ops.hpp"
@@ -22,6 +23,38 @@ namespace {
 using detail::StreamState;
 
 std::string g_why_none;  // why discover() found no device
+
+// cudaEvent_t through the core's NativeEvents (Event::from_native, Event::native_handle).
+class CudaNativeEvents final : public detail::NativeEvents {
+ public:
+  explicit CudaNativeEvents(Device device) : device_(device) {}
+
+  void wait(void* native_stream, void* event) override {
+    const cudaError_t st =
+        cudaStreamWaitEvent(static_cast<cudaStream_t>(native_stream), static_cast<cudaEvent_t>(event), 0);
+    if (st == cudaErrorInvalidResourceHandle || st == cudaErrorInvalidValue) {
+      (void)cudaGetLastError();
+      throw InvalidArgument("Event::from_native: " + std::to_string(reinterpret_cast<std::uintptr_t>(event)) +
+                            " is not a CUDA event of this process (" + describe(st) + ")");
+    }
+    check(st, "cudaStreamWaitEvent", "(a native event, on " + device_.str() + ")");
+  }
+  void* create() override {
+    DeviceScope scope(device_);
+    return OwnedEvent::create(cudaEventDisableTiming, "(Event::native_handle on " + device_.str() + ")").release();
+  }
+  void record(void* event, void* native_stream) override {
+    check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(native_stream)),
+          "cudaEventRecord", "(Event::native_handle on " + device_.str() + ")");
+  }
+  void destroy(void* event) noexcept override {
+    DeviceScope scope(device_.index(), std::nothrow);
+    OwnedEvent owned(static_cast<cudaEvent_t>(event));  // destroyed here
+  }
+
+ private:
+  const Device device_;
+};
 
 class CudaBackend final : public detail::DeviceBackend {
  public:
@@ -43,9 +76,11 @@ class CudaBackend final : public detail::DeviceBackend {
     return DeviceInfo{device_, p.name, desc};
   }
 
-  std::shared_ptr<StreamState> create_stream(std::uint64_t id) override {
-    return std::make_shared<OwnedCudaStream>(device_, id, state_);
+  std::shared_ptr<StreamState> create_stream(std::uint64_t id, int priority) override {
+    return std::make_shared<OwnedCudaStream>(device_, id, state_, priority);
   }
+
+  std::pair<int, int> stream_priority_range() const override { return state_.priority_range(); }
 
   std::shared_ptr<StreamState> wrap_stream(void* native_stream,
                                            const std::function<std::uint64_t()>& make_id) override {
@@ -107,6 +142,15 @@ class CudaBackend final : public detail::DeviceBackend {
 
   ops::Kernels& kernels() override { return *kernels_; }
 
+  detail::NativeEvents* native_events() noexcept override { return &native_events_; }
+
+  std::optional<detail::DevicePoint> device_wide_point() override {
+    if (auto e = state_.broken()) std::rethrow_exception(e);
+    return state_.drain().point();
+  }
+
+  std::exception_ptr device_error() const override { return state_.broken(); }
+
   std::unique_ptr<detail::IpcNativeEvent> create_ipc_event() override {
     if (auto e = state_.broken()) std::rethrow_exception(e);
     return cuda::create_ipc_event(device_);
@@ -165,6 +209,7 @@ class CudaBackend final : public detail::DeviceBackend {
   const Device device_;
   CudaDevice state_;
   std::unique_ptr<ops::Kernels> kernels_;
+  CudaNativeEvents native_events_{device_};
   std::mutex wrap_mu_;
   std::unordered_map<unsigned long long, std::weak_ptr<CudaStream>> wrapped_;
 };

@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "backends/cuda/cuda_api.hpp"
+#include "backends/cuda/cuda_kernels.hpp"
 #include "backends/cuda/cuda_stream.hpp"
 #include "eventide/errors.hpp"
 
@@ -53,10 +54,29 @@ void TransferStream::shutdown(detail::Clock::time_point deadline, Teardown teard
 
 // --- CudaDevice --------------------------------------------------------------------------
 
-CudaDevice::CudaDevice(Device device) : device_(device) {
+namespace {
+
+detail::Ref<detail::Work> first_on(const detail::Ref<detail::Timeline>& timeline, const char* name) {
+  auto work = detail::make_ref<detail::Work>(timeline, name, detail::WorkKind::host);
+  work->set_seq(1);
+  return work;
+}
+
+}  // namespace
+
+CudaDevice::CudaDevice(Device device)
+    : device_(device),
+      start_up_(detail::make_ref<detail::Timeline>(device.str() + " start-up")),
+      kernels_loaded_(first_on(start_up_, "loading eventide's kernels")),
+      kernels_loaded_dep_{kernels_loaded_, detail::DepKind::order} {
   check(cudaGetDeviceProperties(&props_, device.index()), "cudaGetDeviceProperties",
         "for " + device.str());
   progress_ = choose_progress(device);
+  DeviceScope scope(device);
+  int least = 0, greatest = 0;
+  check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange",
+        "for " + device.str());
+  priority_range_ = {least, greatest};
 }
 
 CudaDevice::~CudaDevice() = default;
@@ -100,7 +120,14 @@ void CudaDevice::mark_broken(std::exception_ptr error) noexcept {
   watcher_.abandon_all(error);
 }
 
+void CudaDevice::load_kernels() noexcept {
+  if (kernels_loaded()) return;
+  (void)kernels::load();  // a failure shows at the first launch instead
+  start_up_->advance(1);
+}
+
 void CudaDevice::stop(detail::Clock::time_point deadline) noexcept {
+  drain_.stop(deadline);
   watcher_.stop(deadline);
   // After a sticky error every CUDA call fails: destroying the stream would only print that.
   transfer_.shutdown(deadline, broken() ? TransferStream::Teardown::leave

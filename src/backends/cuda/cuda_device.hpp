@@ -21,12 +21,15 @@
 #include <memory>
 #include <shared_mutex>
 #include <string>
+#include <utility>
 
+#include "backends/cuda/cuda_drain.hpp"
 #include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/cuda_progress.hpp"
 #include "backends/cuda/cuda_watcher.hpp"
 #include "core/parker.hpp"
 #include "core/runtime_lock.hpp"
+#include "core/work.hpp"
 #include "eventide/device.hpp"
 
 namespace eventide::backends::cuda {
@@ -87,11 +90,24 @@ class CudaDevice {
   ProgressPublisher& progress() const noexcept { return *progress_; }
   Watcher& watcher() noexcept { return watcher_; }
   TransferStream& transfer() noexcept { return transfer_; }
+  // synchronize(device)'s wait for everything on the device (cuda_drain.hpp).
+  DeviceDrain& drain() noexcept { return drain_; }
+  // {least, greatest} (cudaDeviceGetStreamPriorityRange), read when the device is found.
+  std::pair<int, int> priority_range() const noexcept { return priority_range_; }
 
   // The device's sticky error once it has failed, else null.
   std::exception_ptr broken() const;
   // Records a failure of the device (sticky error) and abandons all work in flight.
   void mark_broken(std::exception_ptr error) noexcept;
+
+  // Start-up without a drain: eventide's kernels are loaded into the context by the watcher
+  // thread (kernels::load, which waits until the device is idle), and until then work with a
+  // body is held on the host like work behind a UserEvent (CudaStream::host_wait), so that the
+  // first op never blocks its caller behind other libraries' queued work.
+  bool kernels_loaded() const noexcept { return kernels_loaded_->done(); }
+  const detail::Dep& kernels_loaded_dep() const noexcept { return kernels_loaded_dep_; }
+  // The watcher's first step: loads them, then releases what waits for it.
+  void load_kernels() noexcept;
 
   // Something to look at for the watcher (new work, a listener, held work to release).
   void wake() noexcept { watcher_.wake(); }
@@ -108,8 +124,14 @@ class CudaDevice {
   std::exception_ptr broken_;  // under mu_
   std::atomic<bool> is_broken_{false};  // broken_ is set: broken()'s look without mu_
 
+  std::pair<int, int> priority_range_{0, 0};
+  const detail::Ref<detail::Timeline> start_up_;
+  const detail::Ref<detail::Work> kernels_loaded_;  // seq 1 on start_up_
+  const detail::Dep kernels_loaded_dep_;
+
   Watcher watcher_{*this};
   TransferStream transfer_{device_};
+  DeviceDrain drain_{*this};
 };
 
 }  // namespace eventide::backends::cuda

@@ -4,9 +4,10 @@
 
 namespace eventide::backends::cuda {
 
-OwnedStream OwnedStream::create(Device device, const std::string& what) {
+OwnedStream OwnedStream::create(Device device, const std::string& what, int priority) {
   cudaStream_t handle = nullptr;
-  check(cudaStreamCreateWithFlags(&handle, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", what);
+  check(cudaStreamCreateWithPriority(&handle, cudaStreamNonBlocking, priority),
+        "cudaStreamCreateWithPriority", what);
   return OwnedStream(handle, device.index());
 }
 

@@ -44,9 +44,10 @@ class StreamRef {
 class OwnedStream : public StreamRef {
  public:
   OwnedStream() noexcept = default;
-  // A new non-blocking stream on `device`, which must be current on the calling thread
-  // (DeviceScope). DeviceError ("cudaStreamCreateWithFlags failed <what>: ...").
-  static OwnedStream create(Device device, const std::string& what);
+  // A new non-blocking stream on `device` of `priority` (CUDA clamps it to the device's
+  // range), which must be current on the calling thread (DeviceScope). DeviceError
+  // ("cudaStreamCreateWithPriority failed <what>: ...").
+  static OwnedStream create(Device device, const std::string& what, int priority = 0);
 
   OwnedStream(OwnedStream&& other) noexcept
       : StreamRef(std::exchange(other.handle_, nullptr)), device_(other.device_) {}

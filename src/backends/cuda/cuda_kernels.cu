@@ -279,6 +279,27 @@ void random(void* out, std::int64_t n, DType dtype, Distribution distribution, s
   check_launch(normal ? "randn" : "rand");
 }
 
+bool load() noexcept {
+  // One function per kernel template the ops use first; the module comes with the first.
+  const void* kernels[] = {
+      reinterpret_cast<const void*>(&fill_kernel<float>),
+      reinterpret_cast<const void*>(&binary_kernel<float>),
+      reinterpret_cast<const void*>(&cast_kernel<float, __half>),
+      reinterpret_cast<const void*>(&uniform32_kernel<float>),
+      reinterpret_cast<const void*>(&normal32_kernel<float>),
+      reinterpret_cast<const void*>(&spin_kernel),
+  };
+  bool ok = true;
+  for (const void* k : kernels) {
+    cudaFuncAttributes attributes;
+    if (cudaFuncGetAttributes(&attributes, k) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ok = false;
+    }
+  }
+  return ok;
+}
+
 void spin(std::int64_t ns, unsigned long long* stamps, cudaStream_t stream) {
   spin_kernel<<<1, 1, 0, stream>>>(static_cast<long long>(ns), stamps);
   check_launch("spin");

@@ -25,6 +25,13 @@ void cast(const void* in, DType from, void* out, DType to, std::int64_t n, cudaS
 void random(void* out, std::int64_t n, DType dtype, Distribution distribution, std::uint64_t seed,
             std::uint64_t offset, cudaStream_t stream);
 
+// Makes CUDA load the kernels' code into the current device's context now
+// (cudaFuncGetAttributes). Otherwise it is loaded at the first launch, and loading a module
+// waits until the device is idle: behind another library's queued work, the first op would
+// block its caller for as long (seen on the H200: 140-360 ms behind PyTorch's matmuls, with
+// lazy and eager loading alike). False if CUDA refused (the launch then reports it).
+bool load() noexcept;
+
 // A kernel that spins `ns` nanoseconds by the GPU's clock and writes its own start and end
 // (%globaltimer) to stamps[0..1]: the timing's calibration holds a stream busy with it, and
 // tests time it. Test-only: a kernel that traps, leaving the context with a sticky error.

@@ -60,10 +60,10 @@ CudaStream::CudaStream(Device device, std::uint64_t id, CudaDevice& owner, std::
 // The watcher holds the stream while work is in flight: nothing is left here.
 CudaStream::~CudaStream() = default;
 
-OwnedCudaStream::OwnedCudaStream(Device device, std::uint64_t id, CudaDevice& owner)
-    : CudaStream(device, id, owner, detail::stream_name(device, id), StreamRef()) {
+OwnedCudaStream::OwnedCudaStream(Device device, std::uint64_t id, CudaDevice& owner, int priority)
+    : CudaStream(device, id, owner, detail::stream_name(device, id), StreamRef()), priority_(priority) {
   DeviceScope scope(device);
-  own_ = OwnedStream::create(device, "for " + name());
+  own_ = OwnedStream::create(device, "for " + name(), priority);
   bind(own_);
 }
 
@@ -76,18 +76,36 @@ OwnedCudaStream::~OwnedCudaStream() {
 
 WrappedCudaStream::WrappedCudaStream(Device device, std::uint64_t id, CudaDevice& owner,
                                      StreamRef native, const std::string& what)
-    : CudaStream(device, id, owner, detail::stream_name(device, id) + " (" + what + ")", native) {}
+    : CudaStream(device, id, owner, detail::stream_name(device, id) + " (" + what + ")", native) {
+  // (The special handles have the default priority, 0.)
+  if (cudaStreamGetPriority(native.get(), &priority_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    priority_ = 0;
+  }
+}
 
 void CudaStream::check_submit() const {
   if (per_thread_ && std::this_thread::get_id() != thread_) {
     throw InvalidArgument(name() + " is the per-thread default stream of another thread: it can "
                           "only be used from the thread that wrapped it");
   }
+  // Refused before anything touches the stream, so that another library's capture stays
+  // valid (see capturing()).
+  if (capturing(native_.get())) {
+    throw StateError(name() + " is being captured into a CUDA graph (torch.cuda.graph, CuPy's "
+                     "Stream.begin_capture, cudaStreamBeginCapture): eventide puts nothing into a "
+                     "capture (an op, a marker, a stream wait, a record), so that the capture stays "
+                     "valid; issue it before or after the capture, or on a stream that is not being "
+                     "captured");
+  }
   // The watcher must run before anything is submitted: submit() cannot start it.
   owner_.watcher().ensure_started();
 }
 
 bool CudaStream::native_idle() const noexcept {
+  // A capturing stream cannot be queried (cudaStreamQuery would invalidate the capture): what
+  // it holds is not known to be done.
+  if (capturing(native_.get())) return false;
   // Other code's work on the native stream (or, if the device has failed, nothing runs).
   return cudaStreamQuery(native_.get()) != cudaErrorNotReady;
 }
@@ -116,6 +134,9 @@ class ReleaseListener final : public detail::OneShotListener {
 };
 
 const Dep* CudaStream::host_wait(const Work& work) noexcept {
+  // Until the kernels are loaded (CudaDevice::load_kernels), a body would block in its first
+  // launch behind other libraries' work; a per-thread stream cannot hold, and launches at once.
+  if (work.has_body() && !work.no_backend_kernels() && !per_thread_ && !owner_.kernels_loaded()) return &owner_.kernels_loaded_dep();
   for (const Dep& dep : work.deps()) {
     const Work& w = *dep.work;
     if (w.done() || &w.timeline() == &timeline()) continue;

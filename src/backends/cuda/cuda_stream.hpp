@@ -45,6 +45,7 @@
 #include <string>
 #include <thread>
 
+#include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_device.hpp"
 #include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/cuda_memory.hpp"
@@ -142,8 +143,11 @@ class CudaStream : public detail::StreamState {
   // Fails everything in flight and held with `error` and advances the timeline past it
   // (device lost).
   void abandon(const std::exception_ptr& error) noexcept;
-  // cudaStreamQuery: a sticky error shows here first.
-  cudaError_t query_native() const noexcept { return cudaStreamQuery(native_.get()); }
+  // cudaStreamQuery: a sticky error shows here first. cudaSuccess for a stream being captured
+  // (a query would invalidate the capture).
+  cudaError_t query_native() const noexcept {
+    return capturing(native_.get()) ? cudaSuccess : cudaStreamQuery(native_.get());
+  }
 
  protected:
   // `timeline_name`: "cuda:0 stream 3", with what the native stream is for a wrapped one;
@@ -225,12 +229,14 @@ inline CudaStream& as_cuda_stream(detail::StreamState& stream) noexcept {
 // flight; work other code queued on the native handle completes first).
 class OwnedCudaStream final : public CudaStream {
  public:
-  // DeviceError if the native stream cannot be made.
-  OwnedCudaStream(Device device, std::uint64_t id, CudaDevice& owner);
+  // DeviceError if the native stream cannot be made. `priority`: within the device's range.
+  OwnedCudaStream(Device device, std::uint64_t id, CudaDevice& owner, int priority = 0);
   ~OwnedCudaStream() override;
+  int priority() const noexcept override { return priority_; }
 
  private:
   OwnedStream own_;
+  const int priority_;
 };
 
 // A stream over `native`, which someone else owns (Stream::from_native): never destroyed
@@ -239,6 +245,11 @@ class WrappedCudaStream final : public CudaStream {
  public:
   WrappedCudaStream(Device device, std::uint64_t id, CudaDevice& owner, StreamRef native,
                     const std::string& what);
+  // The native stream's own (cudaStreamGetPriority when it was wrapped).
+  int priority() const noexcept override { return priority_; }
+
+ private:
+  int priority_ = 0;
 };
 
 }  // namespace eventide::backends::cuda

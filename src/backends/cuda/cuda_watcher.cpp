@@ -180,6 +180,12 @@ void Watcher::run() noexcept {
   thread_id_.store(std::this_thread::get_id(), std::memory_order_release);
   prctl(PR_SET_TIMERSLACK, kWatcherTimerSlackNs, 0, 0, 0);
   cudaSetDevice(device_.device().index());
+  // Its queries must not invalidate another thread's global-mode capture (torch.cuda.graph).
+  cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&relaxed);
+  // First, eventide's kernels into the context, off the callers' threads (what was submitted
+  // meanwhile is held, and released below).
+  device_.load_kernels();
   using Clock = detail::Clock;
   auto last_progress = Clock::now();
   auto sleep = std::chrono::nanoseconds(kFirstSleep);
