@@ -20,8 +20,9 @@ import eventide as ev
 # Absolute goals (ns, p50), and goals relative to torch.cuda's figure in the same run (a
 # multiple of its p50; where torch is not measured, the absolute goal applies if there is one).
 GOALS_NS = {"Event.record()": 1500, "Event.record(tensor)": 1500, "Event.query(), finished": 300}
-RELATIVE_GOALS = {"Event.record()": 1.0, "Event.record(torch stream)": 1.0,
-                  "timing idiom, one measurement": 1.0}
+RELATIVE_GOALS = {"Event.record()": 1.0, "Event.record(torch stream), timed": 1.0,
+                  "timing idiom, one measurement": 1.0,
+                  "record_event + wait_event, two streams": 1.0}
 
 
 def measure(fn, n):
@@ -54,6 +55,8 @@ def eventide_rows(device, n):
         rows["Event.synchronize(), finished"] = measure(lambda: e.synchronize(), n)
         other = ev.Stream(device)
         rows["Stream.wait_event()"] = measure(lambda: other.wait_event(e), n)
+        rows["record_event + wait_event, two streams"] = measure(lambda: other.wait_event(s.record_event()), n)
+        ev.synchronize(device)
         end = ev.Event()
         end.record()
         end.wait()
@@ -83,7 +86,7 @@ def eventide_rows(device, n):
     torch, _ = _torch() if ev.Device(device).type == "cuda" else (None, None)
     if torch is not None:
         ts = torch.cuda.Stream()
-        rows["Event.record(torch stream)"] = measure(lambda: e.record(ts), n)
+        rows["Event.record(torch stream), timed"] = measure(lambda: e.record(ts), n)
         torch.cuda.synchronize()
         e.wait()
     return rows
@@ -115,7 +118,10 @@ def torch_rows(n):
         rows["Event.synchronize(), finished"] = measure(lambda: e.synchronize(), n)
         other = torch.cuda.Stream()
         rows["Stream.wait_event()"] = measure(lambda: other.wait_event(e), n)
-        rows["Event.record(torch stream)"] = measure(lambda: e.record(s), n)
+        rows["record_event + wait_event, two streams"] = measure(lambda: other.wait_event(s.record_event()), n)
+        torch.cuda.synchronize()
+        timed = torch.cuda.Event(enable_timing=True)
+        rows["Event.record(torch stream), timed"] = measure(lambda: timed.record(s), n)
         t0 = torch.cuda.Event(enable_timing=True)
         t1 = torch.cuda.Event(enable_timing=True)
         t0.record()
@@ -237,6 +243,68 @@ def per_op_rows(device, quick):
             ("`A @ A`, bf16, n = 1024, back to back", ours_mm, theirs_mm, 1.0)]
 
 
+def priority_rows(device, quick):
+    """A tiny op while f32 n = 4096 matmuls fill the GPU (on torch's default stream): host time
+    from its launch to its completion, p50, on a stream of priority 0 and of the greatest
+    priority, eventide's (ev.add of 256 floats, Event.wait) beside torch's (x + y, Event
+    synchronize), in the same run."""
+    torch, _ = _torch()
+    if torch is None:
+        return []
+    big = torch.randn(4096, 4096, device="cuda")
+    least, greatest = ev.stream_priority_range(device)
+    samples = 15 if quick else 40
+
+    def fill():
+        for _ in range(8):
+            torch.mm(big, big)
+
+    def ours(priority):
+        s = ev.Stream(device, priority=priority)
+        x = ev.ones(256, device=device)
+        x.wait()
+        times = []
+        for _ in range(samples):
+            fill()
+            time.sleep(0.002)  # the matmuls have reached the GPU
+            t0 = time.perf_counter()
+            with s:
+                y = ev.add(x, x)
+            e = ev.Event()
+            e.record(y)
+            e.wait()
+            times.append((time.perf_counter() - t0) * 1e6)
+            torch.cuda.synchronize()
+        times.sort()
+        return times[len(times) // 2]
+
+    def theirs(priority):
+        s = torch.cuda.Stream(priority=priority)
+        x = torch.ones(256, device="cuda")
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(samples):
+            fill()
+            time.sleep(0.002)
+            t0 = time.perf_counter()
+            with torch.cuda.stream(s):
+                y = x + x
+                done = torch.cuda.Event()
+                done.record()
+            done.synchronize()
+            times.append((time.perf_counter() - t0) * 1e6)
+            torch.cuda.synchronize()
+        times.sort()
+        return times[len(times) // 2]
+
+    torch_greatest = torch.cuda.Stream.priority_range()[1] if hasattr(torch.cuda.Stream, "priority_range") else -1
+    rows = [("tiny op beside matmuls, priority 0", ours(0), theirs(0)),
+            (f"tiny op beside matmuls, greatest priority (ours {greatest}, torch's {torch_greatest})",
+             ours(greatest), theirs(torch_greatest))]
+    del big
+    return rows
+
+
 def region_rows(device, quick):
     """The same region of PyTorch work, on PyTorch's default stream, read by eventide's
     markers and by torch.cuda.Event (recorded next to each other): both readings and their
@@ -332,6 +400,14 @@ def main():
         for name, o, t in mm:
             lines.append(f"| {name} | {o:.1f} TFLOP/s ({100 * o / t:.1f}%) | {t:.1f} TFLOP/s | ≥ 97% | "
                          f"{'yes' if o >= 0.97 * t else '**no**'} |")
+    prio = [] if device.type == "cpu" else priority_rows(device, args.quick)
+    if prio:
+        lines += ["", "| launch to completion, p50 | eventide | torch | goal | met? |",
+                  "| --- | --- | --- | --- | --- |"]
+        for name, o, t in prio:
+            goal = "≤ torch" if "greatest" in name else "-"
+            met = ("yes" if o <= t else "**no**") if "greatest" in name else "-"
+            lines.append(f"| {name} | {o:,.0f} µs | {t:,.0f} µs | {goal} | {met} |")
     per_op = [] if device.type == "cpu" else per_op_rows(device, args.quick)
     if per_op:
         lines += ["", "| per op from Python | eventide | torch | goal | met? |", "| --- | --- | --- | --- | --- |"]
@@ -347,7 +423,7 @@ def main():
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"device": str(device), "eventide": ours, "torch": theirs,
-                       "torch_note": torch_note, "matmul": mm, "regions": regions,
+                       "torch_note": torch_note, "matmul": mm, "regions": regions, "priority": prio,
                        "per_op": per_op}, f, indent=2)
 
 

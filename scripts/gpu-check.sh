@@ -40,6 +40,13 @@ if want test; then
   note "ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
   "$build/tests/cpp/cuda_test" > "$out/cuda_test.log" 2>&1
   note "cuda_test: $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_test.log" | tr '\n' ' ')"
+  # Other libraries' CUDA objects: native events, device-wide synchronize, priorities, capture.
+  "$build/tests/cpp/cuda_interop_test" > "$out/cuda_interop_test.log" 2>&1
+  note "cuda_interop_test: $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_interop_test.log" | tr '\n' ' ')"
+  # Inside a PyTorch program (torch, CuPy, Numba objects), on its own first.
+  PYTHONPATH="$build/python" "$py" -m pytest tests/python/test_torch_interop.py -q -rs -p no:cacheprovider \
+    > "$out/pytest_torch_interop.log" 2>&1
+  note "pytest test_torch_interop.py: $(tail -1 "$out/pytest_torch_interop.log")"
   # Two GPUs in one process (issue 14): skipped, saying so, on a machine with one.
   "$build/tests/cpp/multi_gpu_test" > "$out/multi_gpu_test.log" 2>&1
   note "multi_gpu_test: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/multi_gpu_test.log" | tr '\n' ' ')"
@@ -105,6 +112,9 @@ if want sanitize; then
         "$build/tests/cpp/cuda_test" --gtest_filter="$filter" > "$out/sanitizer_$tool.log" 2>&1
       note "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1))"
     done
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/cpp/cuda_interop_test" \
+      > "$out/sanitizer_interop.log" 2>&1
+    note "compute-sanitizer memcheck, cuda_interop_test: exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer_interop.log" | tail -1))"
   else
     note "compute-sanitizer: not installed here"
   fi

@@ -68,6 +68,9 @@ void* native_from_number(std::intptr_t n);
 Stream as_stream(const py::handle& obj, const char* where);
 // Another library's CUDA stream as an eventide Stream; nullopt if `obj` is none.
 std::optional<Stream> try_foreign_stream(const py::handle& obj);
+// A torch.cuda.Stream seen before, from its native handle alone (the fast path of
+// record(torch_stream)); nullopt for anything else. With the GIL.
+std::optional<Stream> known_torch_stream(PyObject* obj);
 // Another library's event as an eventide Event (eventide._interop.as_event); TypeError if it
 // is none.
 Event foreign_event(const py::handle& obj, const char* where);

@@ -67,6 +67,10 @@ PyObject* fast_record(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
         self_as<Event>(self)->record(py::detail::cast_op<const Tensor&>(tensor));
         Py_RETURN_NONE;
       }
+      if (auto s = known_torch_stream(args[0])) {  // record(torch.cuda.current_stream())
+        self_as<Event>(self)->record(*s);
+        Py_RETURN_NONE;
+      }
     }
     return call_slow_path(self, "_record", args, nargs, kwnames);
   } catch (abi::__forced_unwind&) {

@@ -1,6 +1,7 @@
 // Streams: eventide's and other libraries' (through the CUDA stream protocol), `with stream:`
 // blocks, and synchronize.
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "bindings.hpp"
@@ -29,7 +30,52 @@ std::optional<std::intptr_t> as_handle(const py::handle& h) {
 // (`__cuda_stream__()` -> (0, handle)), a torch.cuda.Stream (`cuda_stream`, `device`), a
 // cupy.cuda.Stream (`ptr`, `device_id`) or a numba stream (`handle`). nullopt for anything
 // else. The native stream's own device is used; one the object names must agree with it.
+// PyTorch's own torch.cuda.Stream objects, the ones record(torch_stream) sees in a loop: their
+// type once seen, and the wrapper of each native handle. torch never destroys these streams
+// (they come from its pools for the life of the process), so a handle always names the same
+// stream; ExternalStream, whose handle the user may destroy and reuse, is another type and is
+// not kept. Under the GIL; bounded (emptied when full); leaked at exit, as the runtime is.
+PyTypeObject* g_torch_stream_type = nullptr;
+std::unordered_map<std::intptr_t, Stream>* g_torch_streams = nullptr;
+constexpr std::size_t kTorchStreamsKept = 256;
+
+void keep_torch_stream(const py::handle& obj, std::intptr_t handle, const Stream& s) {
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  const std::string module = py::str(py::type::handle_of(obj).attr("__module__")).cast<std::string>();
+  if (module != "torch.cuda.streams" || std::string(type->tp_name).find("ExternalStream") != std::string::npos ||
+      std::string(type->tp_name) != "Stream") {
+    return;
+  }
+  if (!g_torch_streams) g_torch_streams = new std::unordered_map<std::intptr_t, Stream>();
+  if (g_torch_streams->size() >= kTorchStreamsKept) g_torch_streams->clear();
+  g_torch_stream_type = type;
+  g_torch_streams->insert_or_assign(handle, s);
+}
+
+}  // namespace
+
+std::optional<Stream> known_torch_stream(PyObject* obj) {
+  if (!g_torch_stream_type || Py_TYPE(obj) != g_torch_stream_type) return std::nullopt;
+  PyObject* attr = PyObject_GetAttrString(obj, "cuda_stream");
+  if (!attr) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  const std::intptr_t handle = PyLong_Check(attr) ? static_cast<std::intptr_t>(PyLong_AsSsize_t(attr)) : -1;
+  Py_DECREF(attr);
+  if (handle == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  auto it = g_torch_streams->find(handle);
+  if (it == g_torch_streams->end()) return std::nullopt;
+  return it->second;
+}
+
+namespace {
+
 std::optional<Stream> foreign_stream(const py::handle& obj) {
+  if (auto known = known_torch_stream(obj.ptr())) return known;
   if (obj.is_none() || py::isinstance<py::str>(obj) || py::isinstance<Device>(obj) ||
       py::isinstance<Stream>(obj) || PyLong_Check(obj.ptr())) {
     return std::nullopt;
@@ -70,7 +116,9 @@ std::optional<Stream> foreign_stream(const py::handle& obj) {
     device = to_device(obj.attr("device"));
   }
   void* native = native_from_number(*handle);
-  return device ? Stream::from_native(*device, native) : Stream::from_native(native);
+  Stream s = device ? Stream::from_native(*device, native) : Stream::from_native(native);
+  keep_torch_stream(obj, *handle, s);
+  return s;
 }
 
 // `with s:` blocks live in a ContextVar (a tuple of the streams entered, innermost last), so

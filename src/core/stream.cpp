@@ -243,7 +243,10 @@ Stream Stream::from_native(void* native_stream) {
 }
 
 Device Stream::device() const { return state_->device(); }
-void* Stream::native_handle() const { return state_->native_handle(); }
+void* Stream::native_handle() const {
+  state_->mark_exposed();
+  return state_->native_handle();
+}
 std::uint64_t Stream::id() const { return state_->id(); }
 std::string Stream::str() const { return state_->name(); }
 

@@ -112,6 +112,9 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // The native stream (cudaStream_t), null where there is none. A stream that has one may
   // carry work other code enqueued there, which only a marker covers.
   virtual void* native_handle() const noexcept { return nullptr; }
+  // The native stream has been handed out (Stream::native_handle): code other than
+  // eventide's may now use it, and begin a capture on it.
+  virtual void mark_exposed() noexcept {}
   // The stream's priority (lower numbers are more urgent; DeviceBackend::stream_priority_range):
   // the one it was made with, or a wrapped native stream's own.
   virtual int priority() const noexcept { return 0; }

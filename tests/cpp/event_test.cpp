@@ -634,3 +634,47 @@ TEST(EventTest, WaiterIsWokenWhenAnotherThreadRecordsAgainAfterCompletion) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(EventTest, ABlockingEventWaitsAndFinishesLikeAnyOther) {
+  run_with_deadline([] {
+    ev::Event e(std::nullopt, {.enable_timing = true, .blocking = true, .interprocess = true});
+    EXPECT_TRUE(e.options().blocking);
+    EXPECT_TRUE(e.options().interprocess);
+    EXPECT_FALSE(ev::Event().options().blocking);
+    ev::UserEvent gate;
+    ev::Stream s;
+    s.wait(gate);
+    e.record(s);
+    std::thread setter([&] {
+      std::this_thread::sleep_for(30ms);
+      gate.set();
+    });
+    const auto start = Clock::now();
+    e.wait();  // parks at once (no spin), woken by the gate's set
+    EXPECT_GE(Clock::now() - start, 25ms);
+    setter.join();
+    EXPECT_TRUE(e.poll());
+    EXPECT_TRUE(e.wait_for(0ms));
+  });
+}
+
+TEST(EventTest, TheCpuHasNoNativeEventsAndSaysSo) {
+  int not_an_event = 0;
+  EXPECT_THROW_MSG(ev::Event::from_native(reinterpret_cast<CUevent_st*>(&not_an_event), ev::Device::cpu()),
+                   ev::InvalidArgument, "cpu has no native events");
+  ev::Event empty;
+  EXPECT_THROW_MSG((void)empty.native_handle(), ev::StateError, "empty");
+  ev::Event e;
+  e.record(ev::ones({2}));
+  EXPECT_THROW_MSG((void)e.native_handle(), ev::StateError, "no cudaEvent_t");
+  e.wait();
+}
+
+TEST(EventTest, CpuStreamsHaveOnePriority) {
+  EXPECT_EQ(ev::stream_priority_range(ev::Device::cpu()), (std::pair<int, int>{0, 0}));
+  EXPECT_EQ(ev::Stream(ev::Device::cpu(), {.priority = -5}).priority(), 0);
+}
+
+}  // namespace

@@ -271,3 +271,28 @@ TEST(FakeBackendTest, AStickyDeviceErrorFailsEverythingAndSynchronizeRaisesIt) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(FakeBackendTest, StreamPrioritiesAreClampedToTheDevicesRangeAsPyTorchDoes) {
+  EXPECT_EQ(ev::stream_priority_range(kFake0), (std::pair<int, int>{0, -3}));
+  EXPECT_EQ(ev::Stream(kFake0).priority(), 0);
+  EXPECT_EQ(ev::Stream(kFake0, {.priority = -2}).priority(), -2);
+  EXPECT_EQ(ev::Stream(kFake0, {.priority = -100}).priority(), -3);  // the greatest
+  EXPECT_EQ(ev::Stream(kFake0, {.priority = 7}).priority(), 0);      // the least
+}
+
+TEST(FakeBackendTest, ADeviceWithoutNativeEventsRefusesThemByName) {
+  int not_an_event = 0;
+  EXPECT_THROW_MSG(ev::Event::from_native(reinterpret_cast<CUevent_st*>(&not_an_event), kFake0),
+                   ev::InvalidArgument, "fake:0 has no native events");
+  run_with_deadline([] {
+    ev::Stream s(kFake0);
+    ev::Event e;
+    e.record(s);
+    EXPECT_THROW_MSG((void)e.native_handle(), ev::StateError, "no cudaEvent_t");
+    fake::run(s);
+  });
+}
+
+}  // namespace

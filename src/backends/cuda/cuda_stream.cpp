@@ -53,6 +53,7 @@ CudaStream::CudaStream(Device device, std::uint64_t id, CudaDevice& owner, std::
                       new CudaTimeline(std::move(timeline_name), owner, PinnedWord::acquire()))),
       owner_(owner),
       native_(native),
+      may_capture_(native.get() != nullptr),  // wrapped (an owned one binds its stream later)
       per_thread_(native.get() == cudaStreamPerThread),
       thread_(std::this_thread::get_id()),
       timeline_(static_cast<CudaTimeline&>(timeline())) {}
@@ -91,7 +92,7 @@ void CudaStream::check_submit() const {
   }
   // Refused before anything touches the stream, so that another library's capture stays
   // valid (see capturing()).
-  if (capturing(native_.get())) {
+  if (may_capture_.load(std::memory_order_relaxed) && capturing(native_.get())) {
     throw StateError(name() + " is being captured into a CUDA graph (torch.cuda.graph, CuPy's "
                      "Stream.begin_capture, cudaStreamBeginCapture): eventide puts nothing into a "
                      "capture (an op, a marker, a stream wait, a record), so that the capture stays "
@@ -105,7 +106,7 @@ void CudaStream::check_submit() const {
 bool CudaStream::native_idle() const noexcept {
   // A capturing stream cannot be queried (cudaStreamQuery would invalidate the capture): what
   // it holds is not known to be done.
-  if (capturing(native_.get())) return false;
+  if (may_capture_.load(std::memory_order_relaxed) && capturing(native_.get())) return false;
   // Other code's work on the native stream (or, if the device has failed, nothing runs).
   return cudaStreamQuery(native_.get()) != cudaErrorNotReady;
 }

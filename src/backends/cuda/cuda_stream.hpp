@@ -134,6 +134,7 @@ class CudaStream : public detail::StreamState {
   CudaDevice& owner() const noexcept { return owner_; }
   std::exception_ptr device_error() const override;
   void* native_handle() const noexcept override { return native_.get(); }
+  void mark_exposed() noexcept override { may_capture_.store(true, std::memory_order_relaxed); }
   bool launches_from_any_thread() const noexcept override { return !per_thread_; }
 
   // For the watcher: launches held work whose host-side dependencies have finished.
@@ -146,7 +147,8 @@ class CudaStream : public detail::StreamState {
   // cudaStreamQuery: a sticky error shows here first. cudaSuccess for a stream being captured
   // (a query would invalidate the capture).
   cudaError_t query_native() const noexcept {
-    return capturing(native_.get()) ? cudaSuccess : cudaStreamQuery(native_.get());
+    return may_capture_.load(std::memory_order_relaxed) && capturing(native_.get()) ? cudaSuccess
+                                                                                   : cudaStreamQuery(native_.get());
   }
 
  protected:
@@ -194,6 +196,10 @@ class CudaStream : public detail::StreamState {
   };
   StreamSlot slot_{owner_};
   StreamRef native_;
+  // Whether code other than eventide's may use the native stream, and so capture it: a wrapped
+  // one always, an owned one once its handle was handed out. Only then does a submit ask CUDA
+  // whether the stream is being captured (cudaStreamIsCapturing: ~0.1 µs on the H200).
+  std::atomic<bool> may_capture_;
   // The per-thread default stream is a different stream on each thread: a wrapper of it is
   // the one of the thread that made it, and only that thread may enqueue on it.
   const bool per_thread_;
