@@ -197,7 +197,9 @@ TEST(CudaInteropTest, NothingIsIssuedIntoACaptureAndTheCaptureStaysValid) {
     }
     ev::Event e;
     EXPECT_THROW(e.record(wrapped), ev::StateError);
-    EXPECT_THROW(wrapped.wait(ev::Event::from_native(RawEvent().e, kGpu)), ev::StateError);
+    ev::UserEvent gate;
+    EXPECT_THROW(wrapped.wait(gate), ev::StateError);
+    gate.set();
     EXPECT_FALSE(wrapped.query());  // not asked of CUDA (that would invalidate the capture)
     // Work on a stream outside the capture goes on, from this thread, meanwhile.
     ev::Tensor y;
