@@ -309,9 +309,7 @@ Event Stream::enqueue_impl(std::string name, detail::Callback fn, std::vector<Te
   if (name.empty()) name = "enqueue";
   // The body keeps the memory it touches alive until it has run.
   detail::Callback body = [fn = std::move(fn), keep = std::move(keep)]() mutable { fn(); };
-  detail::LaunchOptions options;
-  options.no_backend_kernels = true;  // the user's own code
-  auto work = state_->launch(std::move(name), r, w, std::move(body), options);
+  auto work = state_->launch(std::move(name), r, w, std::move(body));
   Event e(device());
   e.state()->record(std::move(work), device());
   return e;

@@ -55,7 +55,7 @@ struct LaunchOptions {
   std::span<const Ref<Work>> also_after;
   // The body runs even if a dependency failed (Work::must_issue).
   bool must_issue = false;
-  // The body launches none of the backend's own kernels (Work::no_backend_kernels).
+  // The body launches no kernel and needs no timing (Work::no_backend_kernels).
   bool no_backend_kernels = false;
   // The op overwrites its `writes` whole and never reads them: their earlier writer orders it,
   // but that writer's failure does not become the op's (a collective into a caller's out,

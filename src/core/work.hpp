@@ -108,9 +108,9 @@ class Work final : public RefCounted {
   // Set before it is submitted.
   bool must_issue() const noexcept { return must_issue_; }
   void set_must_issue() noexcept { must_issue_ = true; }
-  // Whether the body launches none of the backend's own kernels (a native event's record or
-  // wait, the user's enqueued function): it need not wait for their code to be loaded at the
-  // device's start-up. Set before it is submitted.
+  // Whether the body launches no kernel at all and needs no timing (a native event's record or
+  // wait): it runs at once, also while the device starts up (a GPU's CUPTI and kernel code),
+  // untimed. Set before it is submitted.
   bool no_backend_kernels() const noexcept { return no_backend_kernels_; }
   void set_no_backend_kernels() noexcept { no_backend_kernels_ = true; }
 

@@ -6,6 +6,7 @@
 
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/cuda_timing.hpp"
 #include "backends/cuda/cuda_stream.hpp"
 #include "eventide/errors.hpp"
 
@@ -67,8 +68,8 @@ detail::Ref<detail::Work> first_on(const detail::Ref<detail::Timeline>& timeline
 CudaDevice::CudaDevice(Device device)
     : device_(device),
       start_up_(detail::make_ref<detail::Timeline>(device.str() + " start-up")),
-      kernels_loaded_(first_on(start_up_, "loading eventide's kernels")),
-      kernels_loaded_dep_{kernels_loaded_, detail::DepKind::order} {
+      started_work_(first_on(start_up_, "the device's start-up (CUPTI, eventide's kernels)")),
+      started_dep_{started_work_, detail::DepKind::order} {
   check(cudaGetDeviceProperties(&props_, device.index()), "cudaGetDeviceProperties",
         "for " + device.str());
   progress_ = choose_progress(device);
@@ -120,8 +121,14 @@ void CudaDevice::mark_broken(std::exception_ptr error) noexcept {
   watcher_.abandon_all(error);
 }
 
-void CudaDevice::load_kernels() noexcept {
-  if (kernels_loaded()) return;
+void CudaDevice::start() noexcept {
+  if (started()) return;
+  try {
+    (void)Timing::get();
+  } catch (...) {
+    // Out of memory setting up: ops are untimed (Timing::get is tried again by their scopes).
+  }
+  DeviceScope scope(device_.index(), std::nothrow);
   (void)kernels::load();  // a failure shows at the first launch instead
   start_up_->advance(1);
 }

@@ -100,14 +100,17 @@ class CudaDevice {
   // Records a failure of the device (sticky error) and abandons all work in flight.
   void mark_broken(std::exception_ptr error) noexcept;
 
-  // Start-up without a drain: eventide's kernels are loaded into the context by the watcher
-  // thread (kernels::load, which waits until the device is idle), and until then work with a
-  // body is held on the host like work behind a UserEvent (CudaStream::host_wait), so that the
-  // first op never blocks its caller behind other libraries' queued work.
-  bool kernels_loaded() const noexcept { return kernels_loaded_->done(); }
-  const detail::Dep& kernels_loaded_dep() const noexcept { return kernels_loaded_dep_; }
-  // The watcher's first step: loads them, then releases what waits for it.
-  void load_kernels() noexcept;
+  // Start-up without a drain: CUPTI's start (op timing) and the loading of eventide's kernels
+  // into the context both wait until the device is idle, behind whatever other libraries have
+  // queued (on the H200: 120-360 ms behind PyTorch's matmuls, with lazy and eager loading
+  // alike). The watcher thread does both; until then work with a body is held on the host
+  // like work behind a UserEvent (CudaStream::host_wait), markers are placed at once (their
+  // stamps need neither), so that no call of the user's blocks behind other libraries' work.
+  bool started() const noexcept { return started_work_->done(); }
+  const detail::Dep& started_dep() const noexcept { return started_dep_; }
+  // The watcher's first step: starts the timing, loads the kernels, then releases what was
+  // held for it.
+  void start() noexcept;
 
   // Something to look at for the watcher (new work, a listener, held work to release).
   void wake() noexcept { watcher_.wake(); }
@@ -126,8 +129,8 @@ class CudaDevice {
 
   std::pair<int, int> priority_range_{0, 0};
   const detail::Ref<detail::Timeline> start_up_;
-  const detail::Ref<detail::Work> kernels_loaded_;  // seq 1 on start_up_
-  const detail::Dep kernels_loaded_dep_;
+  const detail::Ref<detail::Work> started_work_;  // seq 1 on start_up_
+  const detail::Dep started_dep_;
 
   Watcher watcher_{*this};
   TransferStream transfer_{device_};

@@ -135,9 +135,12 @@ class ReleaseListener final : public detail::OneShotListener {
 };
 
 const Dep* CudaStream::host_wait(const Work& work) noexcept {
-  // Until the kernels are loaded (CudaDevice::load_kernels), a body would block in its first
-  // launch behind other libraries' work; a per-thread stream cannot hold, and launches at once.
-  if (work.has_body() && !work.no_backend_kernels() && !per_thread_ && !owner_.kernels_loaded()) return &owner_.kernels_loaded_dep();
+  // Until the device has started (CudaDevice::start: CUPTI, the kernels' code), a body would
+  // block in its launch behind other libraries' work; a per-thread stream cannot hold, and
+  // launches at once.
+  if (work.has_body() && !work.no_backend_kernels() && !per_thread_ && !owner_.started()) {
+    return &owner_.started_dep();
+  }
   for (const Dep& dep : work.deps()) {
     const Work& w = *dep.work;
     if (w.done() || &w.timeline() == &timeline()) continue;
@@ -292,13 +295,15 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
         break;
       }
     }
-    if ((!work->error() || must_issue) && work->body()) {
+    if ((!work->error() || must_issue) && work->body() && work->no_backend_kernels()) {
+      work->body()();  // no kernel of ours, nothing to time: also while the device starts
+    } else if ((!work->error() || must_issue) && work->body()) {
       Timing::Scope scope(Timing::get(), *work, native_.get());
       work->body()();
     } else if (!work->error() && work->kind() == detail::WorkKind::marker) {
       // In the native stream itself, after whatever any code enqueued there before it: a timed
       // CUDA event, the marker's stamp (its progress write follows below).
-      work->set_stamp(Timing::get().stamp(device().index(), native_.get()));
+      work->set_stamp(Timing::stamp(device().index(), native_.get()));
     }
   } catch (...) {
     fail(std::current_exception());

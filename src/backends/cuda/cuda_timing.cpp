@@ -440,7 +440,23 @@ Timing& Timing::get() {
   return *t;
 }
 
-Timing::Timing() : impl_(new Impl()), mode_(mode_from_env()) {
+namespace {
+
+// The record keeping, made (cheaply: no CUDA call) apart from CUPTI's start, so that stamps can
+// be taken before it (Timing::stamp).
+Timing::Impl& shared_impl() {
+  static Timing::Impl* impl = new Timing::Impl();  // never destroyed, as Timing
+  return *impl;
+}
+
+Timing::Mode env_mode() {
+  static const Timing::Mode mode = mode_from_env();
+  return mode;
+}
+
+}  // namespace
+
+Timing::Timing() : impl_(&shared_impl()), mode_(env_mode()) {
   g_impl = impl_;
   if (mode_ == Mode::cupti) {
     impl_->why = start_cupti();
@@ -503,7 +519,10 @@ class CudaStamp final : public detail::Stamp {
 }  // namespace
 
 detail::Ref<detail::Stamp> Timing::stamp(int device, cudaStream_t stream) {
-  if (mode_ == Mode::off) return nullptr;
+  // A timed CUDA event, whichever mode ends up in use (CUPTI's start may still be under way on
+  // the watcher: it is not needed here).
+  if (env_mode() == Mode::off) return nullptr;
+  Impl* impl_ = &shared_impl();
   cudaEvent_t ev = nullptr;
   {
     std::lock_guard lock(impl_->mu);

@@ -43,7 +43,11 @@ class Timing {
  public:
   enum class Mode { cupti, events, off };
 
-  // The process's timing (CUPTI is per process); starts CUPTI on first use.
+  // The process's timing (CUPTI is per process); starts CUPTI on first use. Starting CUPTI
+  // waits until the device is idle (seen on the H200: behind another library's queued work,
+  // for as long as that work runs), so the watcher thread makes the first call, before its
+  // first CUDA call, and the callers' threads need it only for what the start-up holds
+  // (CudaDevice::started).
   static Timing& get();
 
   Mode mode() const noexcept { return mode_; }
@@ -70,8 +74,9 @@ class Timing {
   };
 
   // A marker at the current end of `stream` (on `device`, current): a timed CUDA event
-  // recorded there, as the marker's stamp; null with timing off. Throws DeviceError.
-  detail::Ref<detail::Stamp> stamp(int device, cudaStream_t stream);
+  // recorded there, as the marker's stamp; null with timing off. Throws DeviceError. Static:
+  // it needs no CUPTI, so a marker is placed at once even while CUPTI starts.
+  static detail::Ref<detail::Stamp> stamp(int device, cudaStream_t stream);
 
   // The work has finished on the GPU (the watcher retired it): its records are complete once
   // the next flush has run.

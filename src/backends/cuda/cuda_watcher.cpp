@@ -77,9 +77,8 @@ void Watcher::remove_stream() noexcept {
 
 void Watcher::ensure_started() {
   if (started_.load(std::memory_order_acquire)) return;  // every submit asks: no lock then
-  // Timing (CUPTI) is set up before the watcher thread exists, as when watch() started it:
-  // CUPTI is enabled on the user's thread before the watcher makes its first CUDA call.
-  (void)Timing::get();
+  // (Timing, CUPTI, is set up by the thread itself, before its first CUDA call: CudaDevice::
+  // start. Not here: it waits until the device is idle.)
   std::lock_guard lock(mu_);
   if (!thread_.joinable() && !stop_.load()) thread_ = detail::RuntimeThread([this] { run(); });
   if (thread_.joinable()) started_.store(true, std::memory_order_release);
@@ -179,13 +178,13 @@ void Watcher::run() noexcept {
   pthread_setname_np(pthread_self(), "eventide-cuda");
   thread_id_.store(std::this_thread::get_id(), std::memory_order_release);
   prctl(PR_SET_TIMERSLACK, kWatcherTimerSlackNs, 0, 0, 0);
-  cudaSetDevice(device_.device().index());
   // Its queries must not invalidate another thread's global-mode capture (torch.cuda.graph).
   cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
   (void)cudaThreadExchangeStreamCaptureMode(&relaxed);
-  // First, eventide's kernels into the context, off the callers' threads (what was submitted
-  // meanwhile is held, and released below).
-  device_.load_kernels();
+  // First, the device's start-up (CUPTI, then eventide's kernels into the context), off the
+  // callers' threads: what they submitted meanwhile is held, and released below.
+  device_.start();
+  cudaSetDevice(device_.device().index());
   using Clock = detail::Clock;
   auto last_progress = Clock::now();
   auto sleep = std::chrono::nanoseconds(kFirstSleep);
