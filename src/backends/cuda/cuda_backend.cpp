@@ -90,6 +90,14 @@ class CudaBackend final : public detail::DeviceBackend {
     // wrapper's native handle is never null (null means "no native stream" to the core).
     if (handle == nullptr) handle = cudaStreamLegacy;
     DeviceScope scope(device_);
+    // A stream being captured answers no other query (and a refused one would invalidate the
+    // capture): refused first, by name.
+    if (capturing(handle)) {
+      throw StateError("Stream::from_native on " + device_.str() + ": the native stream is being captured "
+                       "into a CUDA graph (torch.cuda.graph, CuPy's Stream.begin_capture, "
+                       "cudaStreamBeginCapture): eventide puts nothing into a capture; use it before or "
+                       "after the capture");
+    }
     // The special handles name a stream of the current device: any device's, once it is made
     // current (which eventide does before every launch). Any other belongs to one device.
     const char* what = special_stream(handle);
@@ -131,6 +139,9 @@ class CudaBackend final : public detail::DeviceBackend {
 
   Ref<Storage> allocate(std::size_t bytes, StreamState& stream) override {
     if (auto e = state_.broken()) std::rethrow_exception(e);
+    // Before the allocation: a stream-ordered allocation on a capturing stream would be the
+    // graph's memory (valid only while it runs), and the op is refused anyway.
+    as_cuda_stream(stream).check_not_capturing();
     return allocate_device(device_, bytes, as_cuda_stream(stream).handle());
   }
 

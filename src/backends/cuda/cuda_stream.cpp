@@ -92,6 +92,12 @@ void CudaStream::check_submit() const {
   }
   // Refused before anything touches the stream, so that another library's capture stays
   // valid (see capturing()).
+  check_not_capturing();
+  // The watcher must run before anything is submitted: submit() cannot start it.
+  owner_.watcher().ensure_started();
+}
+
+void CudaStream::check_not_capturing() const {
   if (may_capture_.load(std::memory_order_relaxed) && capturing(native_.get())) {
     throw StateError(name() + " is being captured into a CUDA graph (torch.cuda.graph, CuPy's "
                      "Stream.begin_capture, cudaStreamBeginCapture): eventide puts nothing into a "
@@ -99,8 +105,6 @@ void CudaStream::check_submit() const {
                      "valid; issue it before or after the capture, or on a stream that is not being "
                      "captured");
   }
-  // The watcher must run before anything is submitted: submit() cannot start it.
-  owner_.watcher().ensure_started();
 }
 
 bool CudaStream::native_idle() const noexcept {

@@ -137,6 +137,9 @@ class CudaStream : public detail::StreamState {
   void mark_exposed() noexcept override { may_capture_.store(true, std::memory_order_relaxed); }
   bool launches_from_any_thread() const noexcept override { return !per_thread_; }
 
+  // StateError if the native stream is being captured into a CUDA graph (and others may use
+  // it): nothing of eventide's goes into a capture.
+  void check_not_capturing() const;
   // For the watcher: launches held work whose host-side dependencies have finished.
   void release_if_due() noexcept;
   // For the watcher: retires what has finished; true if work is still in flight or held.
