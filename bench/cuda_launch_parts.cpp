@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device: nothing to measure\n");
     return 0;
   }
-  ev::Stream s(gpu);
+  ev::Stream s(gpu), other(gpu);
   ev::StreamGuard g(s);
   cudaStream_t raw = nullptr;
   if (cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking) != cudaSuccess) return 1;
@@ -52,16 +52,51 @@ int main(int argc, char** argv) {
       },
       [] {});
   double get_last = per_op([&] { (void)cudaPeekAtLastError(); }, [] {});
+  // The calls a marker and a stream wait are made of.
+  cudaEvent_t timed = nullptr, untimed = nullptr;
+  if (cudaEventCreate(&timed) != cudaSuccess ||
+      cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming) != cudaSuccess) {
+    return 1;
+  }
+  double rec_timed = per_op([&] { (void)cudaEventRecord(timed, raw); }, rdrain);
+  double rec_untimed = per_op([&] { (void)cudaEventRecord(untimed, raw); }, rdrain);
+  double wait_event = per_op([&] { (void)cudaStreamWaitEvent(raw, untimed, 0); }, rdrain);
+  double is_capturing = per_op(
+      [&] {
+        cudaStreamCaptureStatus st;
+        (void)cudaStreamIsCapturing(raw, &st);
+      },
+      [] {});
+  double exchange_mode = per_op(
+      [&] {
+        cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+        (void)cudaThreadExchangeStreamCaptureMode(&m);
+        (void)cudaThreadExchangeStreamCaptureMode(&m);
+      },
+      [] {});
   double ev_empty = per_op([&] { (void)ev::empty({256}, ev::DType::f32, gpu); }, drain);
   double ev_full = per_op([&] { (void)ev::full({256}, 1.0, ev::DType::f32, gpu); }, drain);
   double ev_add = per_op([&] { x = x + y; }, drain);
   double ev_record = per_op([&] { ev::Event e; e.record(x); }, drain);
   double ev_marker = per_op([&] { ev::Event e; e.record(s); }, drain);
   double ev_enqueue_nop = per_op([&] { (void)s.enqueue("nop", [] {}); }, drain);
+  ev::Stream wrapped = ev::Stream::from_native(gpu, raw);
+  double ev_marker_wrapped = per_op([&] { ev::Event e; e.record(wrapped); }, rdrain);
+  double ev_record_event_wait = per_op([&] { other.wait_event(s.record_event()); }, [&] {
+    drain();
+    other.synchronize();
+  });
+  std::printf("%s raw: cudaEventRecord timed %.2f us | untimed %.2f us | cudaStreamWaitEvent %.2f us | "
+              "cudaStreamIsCapturing %.2f us | cudaThreadExchangeStreamCaptureMode x2 %.2f us | "
+              "eventide record_event+wait_event %.2f us | Event+record(wrapped stream) %.2f us\n",
+              argc > 1 ? argv[1] : "default", rec_timed, rec_untimed, wait_event, is_capturing,
+              exchange_mode, ev_record_event_wait, ev_marker_wrapped);
   std::printf("%s: cudaMallocAsync+cudaFreeAsync %.2f us | cudaGetDevice+cudaSetDevice %.2f us | "
               "cudaPeekAtLastError %.2f us | ev::empty %.2f us | ev::full %.2f us | x + y %.2f us | "
               "Event+record(tensor) %.2f us | Event+record(stream) %.2f us | enqueue(no launch) %.2f us\n",
               argc > 1 ? argv[1] : "default", malloc_free, set_dev, get_last, ev_empty, ev_full, ev_add,
               ev_record, ev_marker, ev_enqueue_nop);
+  (void)cudaEventDestroy(timed);
+  (void)cudaEventDestroy(untimed);
   (void)cudaStreamDestroy(raw);
 }

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import eventide as ev
+from torch_busy import torch_busy
 
 GPU = "cuda:0"
 pytestmark = pytest.mark.skipif(not ev.is_available(GPU),
@@ -145,29 +146,6 @@ def test_a_torch_stream_can_be_used_and_recorded():
 
 # --- Markers on other libraries' work ---------------------------------------------------------------
 
-def _torch_busy(ms: float, stream=None) -> None:
-    """Work of PyTorch's on `stream` (default: the current one) for about `ms` milliseconds:
-    torch.cuda._sleep spins on the GPU, calibrated here once."""
-    cycles = int(ms * _cycles_per_ms())
-    if stream is None:
-        torch.cuda._sleep(cycles)
-    else:
-        with torch.cuda.stream(stream):
-            torch.cuda._sleep(cycles)
-
-
-_CYCLES_PER_MS = []
-
-
-def _cycles_per_ms() -> float:
-    if not _CYCLES_PER_MS:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(10_000_000)
-        end.record()
-        end.synchronize()
-        _CYCLES_PER_MS.append(10_000_000 / start.elapsed_time(end))
-    return _CYCLES_PER_MS[0]
 
 
 @needs_torch
@@ -213,7 +191,7 @@ def test_the_timing_idiom_around_torch_work_matches_torch_cuda_event(which):
 def test_a_marker_on_torchs_stream_finishes_only_after_torchs_kernels():
     ts = torch.cuda.current_stream()
     torch_end = torch.cuda.Event()
-    _torch_busy(20)
+    torch_busy(20)
     torch_end.record()
     e = ev.Event()
     e.record(ts)
@@ -239,7 +217,7 @@ def test_events_on_torch_work_are_awaited_in_asyncio():
     ts = torch.cuda.Stream()
 
     async def main():
-        _torch_busy(20, ts)
+        torch_busy(20, ts)
         e = ev.Event()
         e.record(ts)
         ticks = 0
@@ -327,7 +305,7 @@ def test_torch_takes_an_eventide_stream_through_the_stream_protocol():
 def test_wait_stream_and_with_take_torch_streams():
     ts = torch.cuda.Stream()
     mine = ev.Stream(GPU)
-    _torch_busy(10, ts)
+    torch_busy(10, ts)
     mine.wait_stream(ts)  # a marker in torch's stream, waited for on the GPU
     with ev.stream(mine):
         start = ev.Event()

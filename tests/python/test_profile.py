@@ -334,7 +334,9 @@ class TestHostWaits:
             for _ in range(3):
                 assert e.wait() is True
                 x.wait()
-                call_with_timeout(ev.synchronize)
+                # (The stream's: a device-wide synchronize waits on a GPU for all work on the
+                # device, other libraries' too, so it is a wait each time.)
+                call_with_timeout(ev.current_stream().synchronize)
         assert len(prof.host_waits) <= 1  # only the first, if the add was still running
 
     def test_one_python_wait_is_one_host_wait_under_gil_contention(self, gate: Gate):

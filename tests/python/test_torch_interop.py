@@ -21,6 +21,7 @@ import time
 import pytest
 
 import eventide as ev
+from torch_busy import torch_busy
 from conftest import child_env
 
 GPU = "cuda:0"
@@ -44,24 +45,17 @@ try:
 except ImportError:
     numba_cuda = None
 
-_CYCLES_PER_MS: list = []
 
-
-def _torch_busy(ms: float, stream=None) -> None:
-    """About `ms` of torch's work on `stream` (default: its current one): torch.cuda._sleep."""
-    if not _CYCLES_PER_MS:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        torch.cuda._sleep(10_000_000)
-        b.record()
-        b.synchronize()
-        _CYCLES_PER_MS.append(10_000_000 / a.elapsed_time(b))
-    cycles = int(ms * _CYCLES_PER_MS[0])
-    if stream is None:
-        torch.cuda._sleep(cycles)
-    else:
-        with torch.cuda.stream(stream):
-            torch.cuda._sleep(cycles)
+@pytest.fixture(autouse=True, scope="module")
+def _torch_kernels_loaded():
+    """The torch kernels these tests launch behind busy work, loaded before: the first use of a
+    kernel waits until the GPU is idle (CUDA's lazy loading), which would finish the busy work
+    before the test looks at it."""
+    if HAVE_TORCH:
+        x = torch.full((256,), 1.0, device="cuda")
+        (torch.ones(8, device="cuda") * 2 + 1).cpu()
+        (x + x).add_(x)
+        torch.cuda.synchronize()
 
 
 def _torch_events():
@@ -75,7 +69,7 @@ def _torch_events():
 @pytest.mark.parametrize("kind", ["torch.cuda.Event", "torch.Event"])
 def test_wait_all_on_a_torch_event_blocks_until_the_gpu_passed_it(kind):
     te = torch.cuda.Event() if kind == "torch.cuda.Event" else torch.Event("cuda")
-    _torch_busy(60)
+    torch_busy(60)
     te.record()
     assert ev.wait_all([te], timeout=0.001) is False
     assert not te.query()
@@ -89,19 +83,19 @@ def test_wait_all_on_a_torch_event_blocks_until_the_gpu_passed_it(kind):
 @needs_torch
 def test_wait_any_async_forms_and_callbacks_on_torch_events():
     te = torch.cuda.Event()
-    _torch_busy(40)
+    torch_busy(40)
     te.record()
     assert ev.wait_any([ev.UserEvent(), te], timeout=30) == 1
     assert te.query()
 
     async def main():
         t2 = torch.cuda.Event()
-        _torch_busy(40)
+        torch_busy(40)
         t2.record()
         assert await asyncio.wait_for(ev.wait_all_async([t2]), 30) is True
         assert t2.query()
         t3 = torch.Event("cuda")
-        _torch_busy(40)
+        torch_busy(40)
         t3.record()
         assert await asyncio.wait_for(ev.wait_any_async([ev.UserEvent(), t3]), 30) == 1
         assert t3.query()
@@ -125,7 +119,7 @@ def test_a_torch_event_never_recorded_is_complete_as_torch_says():
 def test_an_eventide_stream_waits_for_a_torch_event_on_the_gpu():
     s = ev.Stream(GPU)
     te = torch.cuda.Event()
-    _torch_busy(60)
+    torch_busy(60)
     x = torch.full((256,), 3.0, device="cuda")
     te.record()
     start = time.monotonic()
@@ -184,7 +178,7 @@ def test_cupy_and_numba_events_are_events():
 
 @needs_torch
 def test_record_and_wait_all_take_torch_tensors():
-    _torch_busy(50)
+    torch_busy(50)
     t = torch.ones(8, device="cuda") * 2  # on torch's current stream, behind the busy work
     made = torch.cuda.Event()
     made.record()
@@ -193,7 +187,7 @@ def test_record_and_wait_all_take_torch_tensors():
     assert not made.query()
     assert e.wait(30)
     assert made.query(), "the event on a torch tensor finished before the op that made it"
-    _torch_busy(50)
+    torch_busy(50)
     u = torch.ones(8, device="cuda") + 1
     assert ev.wait_all([u], timeout=30) is True
     ready = torch.cuda.Event()
@@ -206,12 +200,12 @@ def test_record_and_wait_all_take_torch_tensors():
 @needs_torch
 def test_synchronize_of_the_device_covers_torchs_streams():
     side = torch.cuda.Stream()
-    _torch_busy(60)
-    _torch_busy(60, side)
+    torch_busy(60)
+    torch_busy(60, side)
     ev.synchronize(GPU)
     assert torch.cuda.current_stream().query()
     assert side.query()
-    _torch_busy(40, side)
+    torch_busy(40, side)
     ev.synchronize()
     assert side.query()
 
@@ -221,7 +215,7 @@ def test_synchronize_of_the_device_covers_torchs_streams():
 @needs_torch
 def test_record_takes_the_stream_keyword_for_torch_and_eventide_streams():
     ts = torch.cuda.Stream()
-    _torch_busy(30, ts)
+    torch_busy(30, ts)
     e = ev.Event()
     e.record(stream=ts)
     assert e.wait(30)
@@ -274,17 +268,26 @@ def test_eventide_work_beside_a_torch_graph_capture_keeps_it_valid():
 # --- 5. No drain at the first eventide op -----------------------------------------------------
 
 _FIRST_OP = r"""
-import time, torch
+import sys, time, torch
+first = sys.argv[1]
 a = torch.randn(4096, 4096, device="cuda"); torch.mm(a, a); torch.cuda.synchronize()
+te = torch.cuda.Event(); te.record(); te.synchronize()  # (torch's own first use, before)
 t = time.perf_counter(); torch.mm(a, a); torch.cuda.synchronize(); per = time.perf_counter() - t
 for _ in range(max(1, int(0.4 / per))): torch.mm(a, a)
+te.record()
 import eventide as ev
 t = time.perf_counter()
-s = ev.Stream("cuda:0")
-with s:
-    x = ev.ones(4, device="cuda:0")
-    y = x + x
-e = ev.Event(); e.record(s)
+if first == "ops":
+    s = ev.Stream("cuda:0")
+    with s:
+        x = ev.ones(4, device="cuda:0")
+        y = x + x
+    e = ev.Event(); e.record(s)
+elif first == "wait on a torch event":
+    assert ev.wait_all([te], timeout=0.001) is False
+    e = ev.Event.from_native(te.cuda_event, device="cuda:0")
+else:  # a marker on torch's stream
+    e = ev.Event(); e.record(torch.cuda.current_stream())
 host_ms = (time.perf_counter() - t) * 1e3
 busy = not torch.cuda.current_stream().query()
 assert e.wait(60)
@@ -294,8 +297,9 @@ print(f"{host_ms:.2f} {busy}")
 
 @needs_torch
 @pytest.mark.time_limit(120)
-def test_the_first_eventide_op_does_not_wait_for_torchs_queued_work():
-    out = subprocess.run([sys.executable, "-c", _FIRST_OP], env=child_env(), capture_output=True,
+@pytest.mark.parametrize("first", ["ops", "wait on a torch event", "a marker on torch's stream"])
+def test_the_first_eventide_op_does_not_wait_for_torchs_queued_work(first):
+    out = subprocess.run([sys.executable, "-c", _FIRST_OP, first], env=child_env(), capture_output=True,
                          text=True, timeout=100)
     assert out.returncode == 0, out.stderr
     host_ms, busy = out.stdout.split()

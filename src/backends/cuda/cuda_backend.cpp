@@ -203,6 +203,7 @@ class CudaBackend final : public detail::DeviceBackend {
     // at the fork).
     memory_shutdown();
     state_.watcher().forget_after_fork();
+    state_.forget_after_fork();
     Timing::forget_after_fork();
     state_.mark_broken(std::move(error));
     return false;

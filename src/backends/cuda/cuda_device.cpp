@@ -1,5 +1,7 @@
 #include "backends/cuda/cuda_device.hpp"
 
+#include <pthread.h>
+
 #include <cstdio>
 #include <mutex>
 #include <system_error>
@@ -121,6 +123,21 @@ void CudaDevice::mark_broken(std::exception_ptr error) noexcept {
   watcher_.abandon_all(error);
 }
 
+void CudaDevice::begin_start() noexcept {
+  if (started() || starter_.joinable()) return;
+  try {
+    starter_ = detail::RuntimeThread([this] {
+      pthread_setname_np(pthread_self(), "eventide-start");
+      // As the watcher's: its calls must not invalidate another thread's global-mode capture.
+      cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+      (void)cudaThreadExchangeStreamCaptureMode(&relaxed);
+      start();
+    });
+  } catch (...) {
+    start();  // no thread to be had: the watcher starts the device itself
+  }
+}
+
 void CudaDevice::start() noexcept {
   if (started()) return;
   try {
@@ -136,6 +153,7 @@ void CudaDevice::start() noexcept {
 void CudaDevice::stop(detail::Clock::time_point deadline) noexcept {
   drain_.stop(deadline);
   watcher_.stop(deadline);
+  starter_.join_until(deadline);  // (after the watcher: it is the one that starts it)
   // After a sticky error every CUDA call fails: destroying the stream would only print that.
   transfer_.shutdown(deadline, broken() ? TransferStream::Teardown::leave
                                         : TransferStream::Teardown::destroy);

@@ -108,9 +108,11 @@ class CudaDevice {
   // stamps need neither), so that no call of the user's blocks behind other libraries' work.
   bool started() const noexcept { return started_work_->done(); }
   const detail::Dep& started_dep() const noexcept { return started_dep_; }
-  // The watcher's first step: starts the timing, loads the kernels, then releases what was
-  // held for it.
-  void start() noexcept;
+  // The watcher's first step: a thread of the device's own starts the timing, loads the
+  // kernels, then releases what was held for it. Once; from the watcher thread.
+  void begin_start() noexcept;
+  // In the child of a fork: the start-up thread is not there.
+  void forget_after_fork() noexcept { starter_.abandon(); }
 
   // Something to look at for the watcher (new work, a listener, held work to release).
   void wake() noexcept { watcher_.wake(); }
@@ -131,6 +133,9 @@ class CudaDevice {
   const detail::Ref<detail::Timeline> start_up_;
   const detail::Ref<detail::Work> started_work_;  // seq 1 on start_up_
   const detail::Dep started_dep_;
+  // Runs start() (begin_start); joined by stop(). Set by the watcher thread before stop().
+  detail::RuntimeThread starter_;
+  void start() noexcept;
 
   Watcher watcher_{*this};
   TransferStream transfer_{device_};

@@ -362,10 +362,17 @@ bool CudaStream::retire() noexcept {
   }
   if (!finished.empty()) progress.reached(timeline_, last_finished);
   timeline_.notify();
+  // (Not get(): until the device has started, that waits for CUPTI's start, behind other
+  // libraries' work, and so would every callback of work that has finished.)
+  Timing* timing = Timing::if_started();
   while (Ref<Work> retired = finished.pop_front()) {
     Work& w = *retired;
     (void)w.error();  // decides an error left for later while the deps are still there
-    Timing::get().retired(w);
+    if (timing) {
+      timing->retired(w);
+    } else {
+      Timing::retired_untimed(w);
+    }
     progress.retired(w);
     w.release_execution_state();  // the op's references to memory go here
   }

@@ -435,9 +435,26 @@ std::string start_cupti() {
 
 void Timing::forget_after_fork() noexcept { g_forked.store(true, std::memory_order_release); }
 
+namespace {
+std::atomic<Timing*> g_started{nullptr};  // Timing::if_started
+}  // namespace
+
 Timing& Timing::get() {
-  static Timing* t = new Timing();  // never destroyed: CUPTI may call back during exit
+  static Timing* t = [] {
+    auto* made = new Timing();  // never destroyed: CUPTI may call back during exit
+    g_started.store(made, std::memory_order_release);
+    return made;
+  }();
   return *t;
+}
+
+Timing* Timing::if_started() noexcept { return g_started.load(std::memory_order_acquire); }
+
+void Timing::retired_untimed(Work& work) noexcept {
+  // As retired() finds such a work: a marker's time is read from its stamp; anything else has
+  // no time.
+  if (work.is_marker() && work.stamp()) return;
+  if (!work.timing_known()) work.finish_timing();
 }
 
 namespace {

@@ -49,6 +49,9 @@ class Timing {
   // first CUDA call, and the callers' threads need it only for what the start-up holds
   // (CudaDevice::started).
   static Timing& get();
+  // The timing once get() has returned somewhere, else null, without waiting for it: for the
+  // watcher, which must not block behind CUPTI's start.
+  static Timing* if_started() noexcept;
 
   Mode mode() const noexcept { return mode_; }
   // "CUPTI activity records", "CUDA event pairs (include launch gaps)", ...
@@ -81,6 +84,9 @@ class Timing {
   // The work has finished on the GPU (the watcher retired it): its records are complete once
   // the next flush has run.
   void retired(detail::Work& work) noexcept;
+  // retired() for a work that retires before the timing has started (if_started() null): it
+  // launched nothing timed, since a timed launch needs get().
+  static void retired_untimed(detail::Work& work) noexcept;
   // Blocks until the device time of `work` (finished) is known.
   void await(detail::Work& work);
   // The same for many works (finished), with one flush for all.

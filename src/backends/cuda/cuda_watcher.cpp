@@ -181,9 +181,10 @@ void Watcher::run() noexcept {
   // Its queries must not invalidate another thread's global-mode capture (torch.cuda.graph).
   cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
   (void)cudaThreadExchangeStreamCaptureMode(&relaxed);
-  // First, the device's start-up (CUPTI, then eventide's kernels into the context), off the
-  // callers' threads: what they submitted meanwhile is held, and released below.
-  device_.start();
+  // The device's start-up (CUPTI, then eventide's kernels into the context), off the callers'
+  // threads and off this one, which meanwhile retires what finishes (markers, waits: work
+  // with a body is held until the start-up is over).
+  device_.begin_start();
   cudaSetDevice(device_.device().index());
   using Clock = detail::Clock;
   auto last_progress = Clock::now();
@@ -251,7 +252,7 @@ void Watcher::run() noexcept {
       for_each_watched(look_after);
     }
     try {
-      Timing::get().maintain();
+      if (Timing* timing = Timing::if_started()) timing->maintain();
     } catch (...) {
       // Nothing there is expected to throw; the watcher's loop must not end the process.
     }
