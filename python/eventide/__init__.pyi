@@ -45,12 +45,29 @@ ShapeLike = Union[int, Sequence[int]]
 
 class Event:
     """An event tied to device work: empty, pending, finished (or failed)."""
-    def __init__(self, device: DeviceLike = None, enable_timing: bool = True) -> None: ...
-    def record(self, obj: Union[Tensor, Stream, Any, None] = None) -> None:
-        """Tie to the op that produced a tensor, or place a marker at the current end of a
+    def __init__(self, device: DeviceLike = None, enable_timing: bool = True,
+                 blocking: bool = False, interprocess: bool = False) -> None:
+        """blocking: host waits sleep at once instead of spinning first; interprocess: meant
+        for export_event (any event can be exported; the flag is PyTorch's)."""
+    def record(self, obj: Union[Tensor, Stream, Any, None] = None, *, stream: Any = None) -> None:
+        """Tie to the op that produced a tensor (another library's tensor: a marker on that
+        library's current stream for its device), or place a marker at the current end of a
         stream (an eventide Stream or another library's CUDA stream; default: the current
         stream): it finishes when the device reaches it and carries that device time.
-        Records accumulate until reset()."""
+        stream= is PyTorch's keyword. Records accumulate until reset()."""
+    @staticmethod
+    def from_native(handle: int, device: DeviceLike = None, enable_timing: bool = True) -> Event:
+        """An Event standing for a native CUDA event (a cudaEvent_t as an int) as it is now:
+        it finishes once the GPU has passed that event's most recent record."""
+    @property
+    def cuda_event(self) -> int:
+        """A cudaEvent_t (as an int) the GPU passes once the work tied so far has finished;
+        it lives as long as this event. EventStateError if empty or held on the host."""
+    def native_handle(self) -> int: ...
+    @property
+    def blocking(self) -> bool: ...
+    @property
+    def interprocess(self) -> bool: ...
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Block until finished (True) or `timeout` seconds pass (False). Releases the GIL;
         Ctrl-C interrupts. Raises the tied work's error; EventStateError if empty."""
@@ -101,9 +118,12 @@ class ExportedEvent:
     def __exit__(self, *exc_info: Any) -> None: ...
 
 class Stream:
-    def __init__(self, device: Union[DeviceLike, Any] = None) -> None:
-        """A new stream on `device`; or, given a torch.cuda.Stream or any object with
-        __cuda_stream__, a stream over that one (not owned)."""
+    def __init__(self, device: Union[DeviceLike, Any] = None, priority: int = 0) -> None:
+        """A new stream on `device` (lower priority numbers are more urgent, clamped to
+        stream_priority_range()); or, given a torch.cuda.Stream or any object with
+        __cuda_stream__, a stream over that one (not owned), which keeps its own priority."""
+    @property
+    def priority(self) -> int: ...
     @staticmethod
     def from_native(device_or_handle: Union[DeviceLike, int], handle: Optional[int] = None) -> Stream:
         """from_native(handle) or from_native(device, handle): a stream over a cudaStream_t
@@ -299,7 +319,7 @@ def cast(tensor: Tensor, dtype: DTypeLike) -> Tensor:
 def manual_seed(seed: int, device: DeviceLike = None) -> None: ...
 
 def wait_all(events: Iterable[Any], timeout: Optional[float] = None) -> bool: ...
-def wait_any(events: Sequence[Event], timeout: Optional[float] = None) -> Optional[int]: ...
+def wait_any(events: Sequence[Any], timeout: Optional[float] = None) -> Optional[int]: ...
 def export_event(event: Event) -> ExportedEvent: ...
 def import_event(handle: str, device: DeviceLike = None) -> Event: ...
 async def wait_all_async(events: Iterable[Any], timeout: Optional[float] = None) -> bool: ...
@@ -308,6 +328,8 @@ def synchronize(device: DeviceLike = None) -> None: ...
 def empty_cache() -> int: ...
 def current_stream(device: DeviceLike = None) -> Stream: ...
 def default_stream(device: DeviceLike = None) -> Stream: ...
+def stream_priority_range(device: DeviceLike = None) -> Tuple[int, int]:
+    """(least, greatest) stream priority of the device, as CUDA gives it ((0, 0) on the CPU)."""
 def stream(s: Any) -> Any:
     """with ev.stream(s): s (an eventide Stream or another library's CUDA stream) is current."""
 def default_device() -> Device: ...

@@ -14,6 +14,7 @@
 #include <eventide/eventide.hpp>
 
 #include "backends/cuda/cuda_kernels.hpp"
+#include "gpu_skip.hpp"
 #include "test_util.hpp"
 
 namespace ev = eventide;
@@ -25,12 +26,7 @@ namespace {
 
 const ev::Device kGpu = ev::Device::cuda(0);
 
-#define REQUIRE_GPU()                                                                      \
-  do {                                                                                     \
-    if (!ev::is_available(kGpu)) {                                                         \
-      GTEST_SKIP() << "no CUDA device here: run scripts/gpu-check.sh on a machine with a GPU"; \
-    }                                                                                      \
-  } while (0)
+#define REQUIRE_GPU() EVENTIDE_REQUIRE_DEVICE(kGpu)
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
 

@@ -18,6 +18,7 @@
 #include <eventide/eventide.hpp>
 
 #include "backends/cuda/cuda_kernels.hpp"
+#include "gpu_skip.hpp"
 #include "test_util.hpp"
 
 namespace ev = eventide;
@@ -28,22 +29,7 @@ namespace {
 
 const ev::Device kGpu = ev::Device::cuda(0);
 
-#define REQUIRE_GPU()                                                                    \
-  do {                                                                                   \
-    if (!ev::is_available(kGpu)) {                                                       \
-      GTEST_SKIP() << "no CUDA device here (" << why_no_gpu() << "): run scripts/gpu-check.sh " \
-                      "on a machine with a GPU";                                         \
-    }                                                                                    \
-  } while (0)
-
-std::string why_no_gpu() {
-  try {
-    ev::device_info(kGpu);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "?";
-}
+#define REQUIRE_GPU() EVENTIDE_REQUIRE_DEVICE(kGpu)
 
 std::vector<float> cpu_matmul(const std::vector<float>& a, const std::vector<float>& b, int m, int k,
                               int n) {

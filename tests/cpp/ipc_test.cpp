@@ -32,6 +32,7 @@
 
 #include "backends/cuda/cuda_kernels.hpp"
 #endif
+#include "gpu_skip.hpp"
 #include "test_util.hpp"
 #if EVENTIDE_TEST_ASAN
 #include <sanitizer/lsan_interface.h>
@@ -266,13 +267,7 @@ std::string error_text(const ev::Event& e) {
 
 const ev::Device kGpu = ev::Device::cuda(0);
 
-#define REQUIRE_GPU()                                                                         \
-  do {                                                                                        \
-    if (!ev::is_available(kGpu)) {                                                            \
-      GTEST_SKIP() << "no CUDA device here: this GPU test of events across processes runs on " \
-                      "a machine with one (ctest -R ipc)";                                     \
-    }                                                                                         \
-  } while (0)
+#define REQUIRE_GPU() EVENTIDE_REQUIRE_DEVICE(kGpu)
 
 // A read-only view of an exported event's shared block (by its handle), kept mapped after its
 // name is removed: the state word (offset 16) and the users word (offset 76: importers using

@@ -53,6 +53,15 @@ bool capturing(cudaStream_t stream) noexcept {
   return st == cudaSuccess && status != cudaStreamCaptureStatusNone;
 }
 
+void refuse_if_capturing(cudaStream_t stream, const std::string& what) {
+  if (!capturing(stream)) return;
+  throw StateError(what + " is being captured into a CUDA graph (torch.cuda.graph, CuPy's "
+                   "Stream.begin_capture, cudaStreamBeginCapture): eventide puts nothing into a "
+                   "capture (an op, a marker, a stream wait, a record, a wrap), so that the capture "
+                   "stays valid; issue it before or after the capture, or on a stream that is not "
+                   "being captured");
+}
+
 DeviceScope::DeviceScope(int index, std::nothrow_t) noexcept {
   capture_mode_set_ = cudaThreadExchangeStreamCaptureMode(&capture_mode_) == cudaSuccess;
   int current = -1;

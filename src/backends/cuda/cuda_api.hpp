@@ -34,6 +34,8 @@ bool check_nothrow(cudaError_t status, const char* call, const char* what) noexc
 // Anything eventide issues on such a stream is refused before it touches the stream, so that
 // the capture stays valid (cudaStreamQuery or a host wait there would invalidate it).
 bool capturing(cudaStream_t stream) noexcept;
+// StateError naming `what` (a stream's description) if `stream` is capturing().
+void refuse_if_capturing(cudaStream_t stream, const std::string& what);
 
 // Makes a device the calling thread's current one for a scope (the CUDA runtime's current
 // device is per thread; every entry point of the backend opens one), then gives the thread

@@ -92,12 +92,7 @@ class CudaBackend final : public detail::DeviceBackend {
     DeviceScope scope(device_);
     // A stream being captured answers no other query (and a refused one would invalidate the
     // capture): refused first, by name.
-    if (capturing(handle)) {
-      throw StateError("Stream::from_native on " + device_.str() + ": the native stream is being captured "
-                       "into a CUDA graph (torch.cuda.graph, CuPy's Stream.begin_capture, "
-                       "cudaStreamBeginCapture): eventide puts nothing into a capture; use it before or "
-                       "after the capture");
-    }
+    refuse_if_capturing(handle, "Stream::from_native on " + device_.str() + ": the native stream");
     // The special handles name a stream of the current device: any device's, once it is made
     // current (which eventide does before every launch). Any other belongs to one device.
     const char* what = special_stream(handle);

@@ -98,13 +98,7 @@ void CudaStream::check_submit() const {
 }
 
 void CudaStream::check_not_capturing() const {
-  if (may_capture_.load(std::memory_order_relaxed) && capturing(native_.get())) {
-    throw StateError(name() + " is being captured into a CUDA graph (torch.cuda.graph, CuPy's "
-                     "Stream.begin_capture, cudaStreamBeginCapture): eventide puts nothing into a "
-                     "capture (an op, a marker, a stream wait, a record), so that the capture stays "
-                     "valid; issue it before or after the capture, or on a stream that is not being "
-                     "captured");
-  }
+  if (may_capture_.load(std::memory_order_relaxed)) refuse_if_capturing(native_.get(), name());
 }
 
 bool CudaStream::native_idle() const noexcept {
