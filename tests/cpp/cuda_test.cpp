@@ -63,6 +63,10 @@ struct DeviceWords {
 // Whether op times come from CUPTI (the kernels' own times) rather than the fallback of CUDA
 // event pairs: EVENTIDE_CUDA_TIMING, or CUPTI being unavailable (under compute-sanitizer).
 bool times_are_cupti() {
+  // After an op has run: the device's timing has started then (before, device_info says what
+  // it is starting as, and CUPTI may still fail to start).
+  ev::Tensor t = ev::ones({1}, ev::DType::f32, kGpu);
+  t.wait();
   return ev::device_info(kGpu).description.find("op times: CUPTI") != std::string::npos;
 }
 

@@ -71,7 +71,7 @@ class CudaBackend final : public detail::DeviceBackend {
                        ", " + std::to_string(p.multiProcessorCount) + " SMs, " +
                        std::to_string(p.totalGlobalMem >> 20) + " MiB; timelines: " +
                        state_.progress().describe() +
-                       "; op times: " + Timing::get().describe() + "; matmul: cuBLASLt" +
+                       "; op times: " + Timing::describe_without_waiting() + "; matmul: cuBLASLt" +
                        (allow_tf32() ? " (TF32 allowed)" : "");
     return DeviceInfo{device_, p.name, desc};
   }

@@ -504,6 +504,18 @@ std::string Timing::describe() const {
   return "?";
 }
 
+std::string Timing::describe_without_waiting() {
+  if (Timing* t = if_started()) return t->describe();
+  switch (env_mode()) {
+    case Mode::cupti:
+      return "CUPTI activity records (each op's own kernels and copies; CUPTI starts with the "
+             "device's first work, on a thread of eventide's)";
+    case Mode::events: return "CUDA event pairs (include launch gaps)";
+    case Mode::off: return "off (EVENTIDE_CUDA_TIMING=off)";
+  }
+  return "?";
+}
+
 namespace {
 
 // A marker's timed CUDA event; back to the pool when the marker is gone.

@@ -56,6 +56,9 @@ class Timing {
   Mode mode() const noexcept { return mode_; }
   // "CUPTI activity records", "CUDA event pairs (include launch gaps)", ...
   std::string describe() const;
+  // describe() of the timing if it has started; else what it is starting as, without waiting
+  // for the start (device_info must not wait behind other libraries' work).
+  static std::string describe_without_waiting();
 
   // Tags the CUDA work launched on this thread during its lifetime with `work`.
   class Scope {
