@@ -222,6 +222,45 @@ TEST(CudaTest, EventsTrackGpuWork) {
   });
 }
 
+// A timed marker's end is its own CUDA event (no progress write of its own): a stream that
+// waits for it waits on the GPU for everything before it, a host wait and a poll loop see it
+// finish only after the work before it, and soon after.
+TEST(CudaTest, ATimedMarkerIsWaitedForOnTheGpuAndSeenSoonByAPollLoop) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s1(kGpu), s2(kGpu);
+    DeviceWords w1, w2;
+    ev::Event spun = spin_on(s1, 5'000'000, w1.p);  // 5 ms
+    ev::Event m = s1.record_event();
+    s2.wait(m);
+    ev::Event after = spin_on(s2, 10'000, w2.p);
+    ev::Event end_of_s2 = s2.record_event();
+    EXPECT_FALSE(m.poll());
+    end_of_s2.wait();
+    EXPECT_TRUE(spun.poll()) << "s2's marker finished before s1's spin";
+    EXPECT_TRUE(m.poll() && after.poll());
+    const auto a = w1.read(2), b = w2.read(2);
+    EXPECT_GE(b[0], a[1]) << "s2's kernel started before the spin that s1's marker follows ended";
+    // A poll loop from the launch of a 20 ms spin: the watcher has backed off to sleeps of
+    // milliseconds meanwhile, and looks when polled, so the loop sees the end soon after it.
+    std::vector<double> late_us;
+    for (int i = 0; i < 5; ++i) {
+      ev::Event f(kGpu);
+      const auto t0 = std::chrono::steady_clock::now();
+      spin_on(s1, 20'000'000, w1.p);
+      f.record(s1);
+      while (!f.poll()) {
+      }
+      late_us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() - 20'000.0);
+    }
+    std::sort(late_us.begin(), late_us.end());
+    std::printf("a poll loop on a marker after a 20 ms kernel: true %.1f us after it (median of 5)\n",
+                late_us[2]);
+    EXPECT_LT(late_us[2], 700.0) << "the watcher did not look when polled (it sleeps up to 2 ms)";
+  });
+}
+
 TEST(CudaTest, TimeElapsedIsTheKernelsOwnTimeWithinOneMicrosecond) {
   REQUIRE_GPU();
   run_with_deadline([] {
