@@ -41,6 +41,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "eventide/device.hpp"
@@ -159,8 +160,19 @@ std::vector<Communicator> init_local(const std::vector<Device>& devices);
 // StateError; waits (up to `timeout`) for the ones already issued, then tears down NCCL and
 // ends MPI where init() started it, and returns true. If some are still running then (a rank
 // never issued its part), it leaves NCCL and MPI as they are and returns false: tearing them
-// down under a running collective could hang or crash. Called at process exit by itself (a
-// 10 s wait); idempotent.
+// down under a running collective could hang or crash. A timeout beyond the clock's range
+// (nanoseconds::max()) is no limit. Called at process exit by itself (a 10 s wait), unless it
+// was called before; idempotent.
 bool finalize(std::chrono::nanoseconds timeout = std::chrono::seconds(10));
+// Process exit's finalize(): its 10 s wait, or, where finalize() was called before (and gave
+// up), no wait, so that an exit waits once. The Python package's exit step calls it, and an
+// exit hook (std::atexit, registered by init()) after it.
+void finalize_at_exit();
+// For a rank that leaves on an error (an unhandled exception): its peers would wait for its
+// collectives forever, and MPI_Finalize at exit for them, so the whole job ends now, as
+// MPI_Abort ends it, after a line on stderr naming the rank and `reason`. Does nothing and
+// returns false where there are no peers (no init(), one rank, no MPI, after finalize); else
+// does not return. The Python package calls it from sys.excepthook once init() has run.
+bool abort_job_on_error(int code, std::string_view reason) noexcept;
 
 }  // namespace eventide::distributed

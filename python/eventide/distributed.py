@@ -26,6 +26,7 @@ ranks' results hold an undefined part from it. See docs/SCALE_OUT.md.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 from ._eventide import _distributed as _d
@@ -33,6 +34,29 @@ from ._eventide import _distributed as _d
 Communicator = _d.Communicator
 
 __all__ = ["Communicator", "capabilities", "finalize", "init", "init_local", "is_initialized"]
+
+
+def _end_the_job_on_an_unhandled_exception() -> None:
+    """A rank that dies of an unhandled exception ends the whole job (MPI_Abort), after the
+    traceback: its peers would otherwise wait for its collectives forever, and it for them in
+    MPI_Finalize at exit. Installed once, by ``init()``; the hook it wraps runs first."""
+    previous = sys.excepthook
+    if getattr(previous, "_eventide_ends_the_job", False):
+        return
+
+    def hook(kind, value, tb):
+        try:
+            previous(kind, value, tb)
+        finally:
+            # (Ctrl-C included: an interrupted rank leaves its peers waiting as well.)
+            try:
+                reason = f"{kind.__name__}: {value}"
+            except Exception:  # a __str__ that raises
+                reason = kind.__name__
+            _d._abort_job_on_error(1, reason)
+
+    hook._eventide_ends_the_job = True
+    sys.excepthook = hook
 
 
 def init(device: Any = None) -> Communicator:
@@ -49,7 +73,9 @@ def init(device: Any = None) -> Communicator:
     Raises EventStateError where eventide was built without MPI, DeviceError if MPI or NCCL
     fails, InvalidArgumentError for a device that is not available.
     """
-    return _d.init(device)
+    comm = _d.init(device)
+    _end_the_job_on_an_unhandled_exception()
+    return comm
 
 
 def init_local(devices: Sequence[Any]) -> List[Communicator]:
@@ -68,13 +94,13 @@ def is_initialized() -> bool:
     return _d.is_initialized()
 
 
-def finalize(timeout: float = 10.0) -> bool:
+def finalize(timeout: Optional[float] = 10.0) -> bool:
     """Ends the process's communicators; later collectives raise EventStateError.
 
-    Waits up to ``timeout`` seconds for the collectives already issued, then tears down NCCL
-    and ends MPI (where ``init`` started it), and returns True. If some are still running (a
-    rank never issued its part), leaves NCCL and MPI as they are and returns False. Runs at
-    process exit by itself.
+    Waits up to ``timeout`` seconds (None or ``inf``: no limit) for the collectives already
+    issued, then tears down NCCL and ends MPI (where ``init`` started it), and returns True.
+    If some are still running (a rank never issued its part), leaves NCCL and MPI as they are
+    and returns False. Runs at process exit by itself (once: not again where it was called).
     """
     return _d.finalize(timeout)
 

@@ -126,13 +126,23 @@ MPI, GPU tensors through NCCL. Every rank must issue the collectives in the same
         "devices"_a, "See eventide.distributed.init_local.");
   m.def("is_initialized", &dist::is_initialized, "See eventide.distributed.is_initialized.");
   m.def("finalize",
-        [](double timeout) {
-          if (!(timeout >= 0)) throw InvalidArgument("finalize: timeout must be >= 0 seconds");
-          auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout));
+        [](const py::object& timeout) {
+          // None, inf or anything past kNoLimitSeconds: no limit (a conversion of inf to
+          // nanoseconds overflowed into the past: finalize gave up at once).
+          const std::optional<double> t = parse_timeout(timeout, "finalize: timeout");
+          auto ns = !t || *t >= kNoLimitSeconds
+                        ? std::chrono::nanoseconds::max()
+                        : std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(*t));
           py::gil_scoped_release unlocked;
           return dist::finalize(ns);
         },
         "timeout"_a = 10.0, "See eventide.distributed.finalize.");
+  m.def("_abort_job_on_error",
+        [](int code, const std::string& reason) {
+          py::gil_scoped_release unlocked;
+          return dist::abort_job_on_error(code, reason);
+        },
+        "code"_a, "reason"_a, "See eventide.distributed (the hook on unhandled exceptions).");
   m.def("capabilities",
         [] {
           const dist::Capabilities c = dist::capabilities();

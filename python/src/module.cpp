@@ -74,7 +74,7 @@ PYBIND11_MODULE(_eventide, m) {
   py::module_::import("atexit").attr("register")(py::cpp_function([] {
     {
       py::gil_scoped_release release;
-      distributed::finalize();
+      distributed::finalize_at_exit();
     }
     mark_python_exiting();
     py::gil_scoped_release release;

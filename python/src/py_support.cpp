@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <string_view>
 #include <utility>
 #include <thread>
@@ -185,7 +186,22 @@ std::optional<double> parse_timeout(const py::object& timeout, const char* argum
     throw py::type_error(std::string(argument) + " must be None or a number of seconds, got " +
                          py::repr(timeout).cast<std::string>());
   }
-  double t = timeout.cast<double>();
+  double t;
+  if (PyFloat_Check(timeout.ptr())) {
+    t = PyFloat_AS_DOUBLE(timeout.ptr());
+  } else {
+    // An integer (or an index) past a double's range, 10**400: a limit no clock reaches.
+    py::object as_int = py::reinterpret_steal<py::object>(PyNumber_Index(timeout.ptr()));
+    if (!as_int) throw py::error_already_set();
+    t = PyLong_AsDouble(as_int.ptr());
+    if (t == -1.0 && PyErr_Occurred()) {
+      if (!PyErr_ExceptionMatches(PyExc_OverflowError)) throw py::error_already_set();
+      PyErr_Clear();
+      const int negative = PyObject_RichCompareBool(as_int.ptr(), py::int_(0).ptr(), Py_LT);
+      if (negative < 0) throw py::error_already_set();
+      t = negative ? -1.0 : std::numeric_limits<double>::infinity();
+    }
+  }
   if (std::isnan(t) || t < 0) {
     throw InvalidArgument(std::string(argument) + " must be None or a non-negative number of seconds, got " +
                           py::repr(timeout).cast<std::string>());

@@ -19,9 +19,11 @@
 #include <mutex>
 #include <pthread.h>
 #include <thread>
+#include <string_view>
 #include <utility>
 
 #include "core/event_state.hpp"
+#include "core/parker.hpp"
 #include "core/runtime.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/stream_state.hpp"
@@ -132,6 +134,7 @@ struct Process {
   std::atomic<bool> initialized{false};
   bool finalized = false;  // finalize() was called: no communicator may be made or used
   bool torn_down = false;  // ... and NCCL and MPI were ended (a later call retries until then)
+  bool gave_up = false;    // a finalize() found collectives running (and said so)
 };
 
 Process& process() {
@@ -143,11 +146,53 @@ Process& process() {
   return *p;
 }
 
-void finalize_at_exit() { finalize(std::chrono::seconds(10)); }
+}  // namespace
+}  // namespace detail
+
+void finalize_at_exit() {
+  // One wait at exit: where finalize() ran already (the Python package's exit step, then
+  // C++'s, or the program's own call) and gave up, a second wait of the full time made the
+  // exit that much longer; it only looks whether the collectives have finished meanwhile.
+  bool called_before;
+  {
+    detail::Process& p = detail::process();
+    std::lock_guard lock(p.mu);
+    called_before = p.finalized;
+  }
+  finalize(called_before ? std::chrono::nanoseconds(0) : std::chrono::nanoseconds(std::chrono::seconds(10)));
+}
+
+bool abort_job_on_error(int code, std::string_view reason) noexcept {
+#if EVENTIDE_WITH_MPI
+  detail::Process& p = detail::process();
+  // Not under p.mu: finalize() holds it while it waits for collectives, which may be the very
+  // wait this rank's error leaves unfinished. `world` is set once, by init(), before
+  // `initialized` is.
+  if (!p.initialized.load(std::memory_order_acquire) || detail::in_forked_child()) return false;
+  detail::MpiWorld* world = p.world.get();
+  if (!world || world->size() <= 1) return false;  // nobody waits for this rank
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "eventide: rank %d of %d leaves on an error (%.*s): ending the job (MPI_Abort), "
+                "since the other ranks would wait for its collectives forever\n",
+                world->rank(), world->size(), static_cast<int>(std::min<std::size_t>(reason.size(), 300)),
+                reason.data());
+  std::fputs(line, stderr);
+  std::fflush(stderr);
+  world->abort_job(code);
+#else
+  (void)code;
+  (void)reason;
+#endif
+  return false;
+}
+
+namespace detail {
+namespace {
 
 [[maybe_unused]] void register_exit_hook(Process& p) {
   if (!p.exit_hook) {
-    std::atexit(finalize_at_exit);
+    std::atexit(distributed::finalize_at_exit);
     p.exit_hook = true;
   }
 }
@@ -650,15 +695,15 @@ std::vector<Communicator> init_local(const std::vector<Device>& devices) {
 
 namespace {
 
-// Whether the chain's last op has finished by `deadline`.
-bool drained(Chain& chain, std::chrono::steady_clock::time_point deadline) {
+// Whether the chain's last op has finished by `deadline` (none: however long it takes).
+bool drained(Chain& chain, const rt::Deadline& deadline) {
   rt::Ref<rt::Work> last;
   {
     std::lock_guard lock(chain.mu);
     last = chain.last;
   }
   while (last && !last->done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (rt::expired(deadline)) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
@@ -679,7 +724,8 @@ bool finalize(std::chrono::nanoseconds timeout) {
     p.torn_down = true;
     return true;
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // (Saturated: a timeout too long for the clock, nanoseconds::max() among them, is no limit.)
+  const rt::Deadline deadline = rt::deadline_after(timeout);
   bool clean = true;
   for (auto& s : p.all) {
     std::scoped_lock chains(s->cpu_chain.mu, s->gpu_chain.mu);
@@ -691,8 +737,8 @@ bool finalize(std::chrono::nanoseconds timeout) {
   }
   if (!clean) {
     // A collective still runs (a peer never came): tearing down under it could crash or hang.
-    // The communicators are left as they are; the process may exit.
-    std::fputs("eventide: distributed::finalize: collectives are still running (a rank that never "
+    // The communicators are left as they are; the process may exit. (Said once.)
+    if (!std::exchange(p.gave_up, true)) std::fputs("eventide: distributed::finalize: collectives are still running (a rank that never "
                "issued its part?); NCCL and MPI are left as they are\n",
                stderr);
     return false;

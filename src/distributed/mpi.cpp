@@ -320,6 +320,12 @@ class World final : public MpiWorld {
     if (started_) MPI_Finalize();
   }
 
+  void abort_job(int code) noexcept override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  }
+
   bool all_agree(bool ok) override {
     int mine = ok ? 1 : 0, all = 0;
     check("MPI_Allreduce", MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm_));

@@ -41,6 +41,9 @@ class MpiWorld {
   // Frees the duplicate and ends MPI if start() began it. Called once, with no collective
   // running.
   virtual void finish() noexcept = 0;
+  // Ends every process of the job now (MPI_Abort on the world, with `code`). Returns only if
+  // MPI could not (it has been finalized).
+  virtual void abort_job(int code) noexcept = 0;
 };
 
 // Whether an MPI launcher started this process with more than one rank (its environment:

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,7 +133,12 @@ with s:
     held = comm.all_reduce(t)
 assert ev.distributed.finalize(timeout=0.05) is False  # the held collective has not run
 refused(lambda: comm.all_reduce(t), ev.EventStateError, "finalized")
-gate.set()
+import threading, time
+threading.Timer(0.5, gate.set).start()
+start = time.monotonic()
+# No limit means no limit (inf overflowed into a deadline in the past: False at once).
+assert ev.distributed.finalize(timeout=float("inf")) is True
+assert time.monotonic() - start >= 0.4
 assert held.wait(timeout=20)
 assert ev.distributed.finalize(timeout=10) is True   # a later call ends what the first could not
 assert ev.distributed.finalize(timeout=10) is True
@@ -148,6 +154,57 @@ print("single ok")
 def test_one_process_without_mpirun_is_a_communicator_of_one():
     r = run([sys.executable, "-c", SINGLE], timeout=90)
     assert r.returncode == 0 and "single ok" in r.stdout, (r.stdout + r.stderr)[-4000:]
+
+
+RANK_RAISES = r"""
+import sys, eventide as ev, numpy as np
+comm = ev.distributed.init(device="cpu")
+if comm.rank == 1:
+    raise RuntimeError("boom before my part of the all_reduce")
+out = comm.all_reduce(ev.tensor(np.ones(4)))  # rank 0 waits for rank 1's part
+out.wait()
+"""
+
+
+@needs_mpi
+@needs_mpirun
+@pytest.mark.time_limit(120)
+def test_a_rank_that_raises_ends_the_job_within_seconds():
+    # Before: rank 1 waited in MPI_Finalize (eventide's exit hook) for rank 0, which waited
+    # for rank 1's part of the all_reduce: the job never ended.
+    start = time.monotonic()
+    r = run([MPIRUN, "-np", "2", sys.executable, "-c", RANK_RAISES], timeout=90)
+    took = time.monotonic() - start
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out[-4000:]
+    assert "RuntimeError: boom" in r.stderr, out[-4000:]  # the traceback, first
+    assert "rank 1 of 2 leaves on an error (RuntimeError: boom" in r.stderr, out[-4000:]
+    assert took < 30, f"the job took {took:.1f} s to end"
+
+
+EXIT_ONCE = r"""
+import eventide as ev, numpy as np
+comm = ev.distributed.init(device="cpu")
+gate = ev.UserEvent()
+s = ev.Stream("cpu")
+s.wait(gate)
+with s:
+    held = comm.all_reduce(ev.tensor(np.ones(4)))
+assert ev.distributed.finalize(timeout=0.2) is False  # the program's own call gives up
+print("exiting", flush=True)
+"""
+
+
+@needs_mpi
+@pytest.mark.time_limit(120)
+def test_the_exit_after_a_finalize_that_gave_up_waits_no_more_and_warns_once():
+    start = time.monotonic()
+    r = run([sys.executable, "-c", EXIT_ONCE], timeout=90)
+    took = time.monotonic() - start
+    assert "exiting" in r.stdout, (r.stdout + r.stderr)[-4000:]
+    # Python's exit step and C++'s each waited their 10 s before, and each said so.
+    assert r.stderr.count("collectives are still running") == 1, r.stderr
+    assert took < 8, f"the exit waited again: {took:.1f} s"
 
 
 @pytest.mark.skipif(CAPS["mpi"], reason="this build has MPI: the message for builds without it is not reachable")
