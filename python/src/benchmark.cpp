@@ -46,7 +46,7 @@ BenchmarkResult run_benchmark(const py::object& fn, int n_repeat, int n_warmup,
     std::optional<double> seconds = parse_timeout(max_duration, "max_duration");  // a non-negative number
     if (*seconds < kNoLimitSeconds) options.max_duration = std::chrono::duration<double>(*seconds);
   }
-  options.name = name.is_none() ? std::string() : py::str(name).cast<std::string>();
+  options.name = name.is_none() ? std::string() : str_argument(py::str(name), "benchmark: name");
   sync_current_streams();
   options.device = device_or_default(device);
   if (progress.is_none()) {

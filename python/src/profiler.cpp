@@ -2,6 +2,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 
 #include "bindings.hpp"
@@ -102,9 +103,11 @@ void bind_profiler(py::module_& m) {
         [](const py::object& rank, const py::object& size, const py::object& host,
            std::int64_t clock_offset_ns) {
           ProcessLabel l;
-          if (!rank.is_none()) l.rank = rank.cast<int>();
-          if (!size.is_none()) l.size = size.cast<int>();
-          if (!host.is_none()) l.host = host.cast<std::string>();
+          // (What a rank and a size may be, set_process_label says; here only what an int holds.)
+          constexpr long long kLeast = std::numeric_limits<int>::min(), kMost = std::numeric_limits<int>::max();
+          if (!rank.is_none()) l.rank = static_cast<int>(int_argument(rank, "set_process_label: rank", kLeast, kMost));
+          if (!size.is_none()) l.size = static_cast<int>(int_argument(size, "set_process_label: size", kLeast, kMost));
+          if (!host.is_none()) l.host = str_argument(host, "set_process_label: host");
           l.clock_offset_ns = clock_offset_ns;
           set_process_label(std::move(l));
         },

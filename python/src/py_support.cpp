@@ -209,6 +209,36 @@ std::optional<double> parse_timeout(const py::object& timeout, const char* argum
   return t;
 }
 
+long long int_argument(const py::object& value, const char* argument, long long least, long long most) {
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr())) {
+    throw py::type_error(std::string(argument) + " must be an integer, got " + py::repr(value).cast<std::string>());
+  }
+  py::object as_int = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!as_int) throw py::error_already_set();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(as_int.ptr(), &overflow);
+  if (v == -1 && !overflow && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow || v < least || v > most) {
+    throw InvalidArgument(std::string(argument) + " must be from " + std::to_string(least) + " to " +
+                          std::to_string(most) + ", got " + py::repr(value).cast<std::string>());
+  }
+  return v;
+}
+
+std::string str_argument(const py::object& value, const char* argument) {
+  if (!PyUnicode_Check(value.ptr())) {
+    throw py::type_error(std::string(argument) + " must be a str, got " + py::repr(value).cast<std::string>());
+  }
+  Py_ssize_t size = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(value.ptr(), &size);
+  if (!utf8) {
+    PyErr_Clear();
+    throw InvalidArgument(std::string(argument) + " must be text that UTF-8 can hold (no lone surrogates), got " +
+                          py::repr(value).cast<std::string>());
+  }
+  return std::string(utf8, static_cast<std::size_t>(size));
+}
+
 bool wait_interruptible(const std::function<bool()>& ready,
                         const std::function<bool(std::chrono::nanoseconds)>& try_wait,
                         std::optional<double> timeout_s) {

@@ -85,5 +85,11 @@ inline constexpr double kNoLimitSeconds = 1e9;
 
 // A timeout in seconds from Python: None, or a non-negative number.
 std::optional<double> parse_timeout(const py::object& timeout, const char* argument = "timeout");
+// An integer argument in [least, most] (TypeError for a non-integer, InvalidArgument outside
+// the range: never pybind11's bare "Unable to cast"), `argument` naming it.
+long long int_argument(const py::object& value, const char* argument, long long least, long long most);
+// A str argument (TypeError otherwise; InvalidArgument for one that is not valid UTF-8, a lone
+// surrogate), as UTF-8.
+std::string str_argument(const py::object& value, const char* argument);
 
 }  // namespace eventide::python

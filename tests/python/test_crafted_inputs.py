@@ -504,3 +504,26 @@ def test_writable_memory_is_exported_writable(source):
     exported = DLManagedTensorVersioned.from_address(_capsule_pointer(cap, b"dltensor_versioned"))
     assert exported.flags == 0
     assert '"dltensor"' in repr(t.__dlpack__())
+
+
+# --- Out-of-range and mistyped arguments get eventide's errors, never pybind11's bare cast ---
+
+@pytest.mark.parametrize("call, kind, words", [
+    (lambda: ev.UserEvent().wait(-10**400), ev.InvalidArgumentError, "non-negative"),
+    (lambda: ev.set_process_label(rank=2**40), ev.InvalidArgumentError, "rank must be from"),
+    (lambda: ev.set_process_label(size=2.5), TypeError, "size must be an integer"),
+    (lambda: ev.set_process_label(host=5), TypeError, "host must be a str"),
+    (lambda: ev.benchmark(lambda: None, name="\udcff", n_repeat=1), ev.InvalidArgumentError, "UTF-8"),
+])
+def test_bad_arguments_are_named_not_bare_cast_errors(call, kind, words):
+    with pytest.raises(kind, match=words):
+        call()
+
+
+def test_a_timeout_past_any_clock_is_no_limit():
+    e = ev.UserEvent()
+    e.set()
+    assert e.wait(10**400) is True
+    assert ev.ones(2).wait(10**400) is True
+    r = ev.benchmark(lambda: None, n_repeat=3, n_warmup=0, max_duration=10**400)
+    assert r.n_runs == 3
