@@ -140,8 +140,12 @@ BenchmarkResult benchmark(const std::function<void()>& fn, const BenchmarkOption
 
   const auto start = Clock::now();
   ProgressLine progress(options, result.name, start);
-  result.host_times.reserve(static_cast<std::size_t>(options.n_repeat));
-  result.device_times.reserve(static_cast<std::size_t>(options.n_repeat));
+  // Room for the runs up to a bound: with max_duration, n_repeat may be far more than will
+  // run (10**9 reserved 16 GB before fn was called once); past it the vectors grow.
+  constexpr std::size_t kReservedRuns = 1 << 16;
+  const auto room = std::min<std::size_t>(static_cast<std::size_t>(options.n_repeat), kReservedRuns);
+  result.host_times.reserve(room);
+  result.device_times.reserve(room);
   for (int i = 0; i < options.n_repeat; ++i) {
     if (i > 0 && options.max_duration && Clock::now() - start >= *options.max_duration) break;
     // The stream is looked up each run: `fn` may change what is current (it runs the same

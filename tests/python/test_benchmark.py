@@ -181,3 +181,11 @@ def test_device_time_is_the_span_between_the_markers_host_gaps_included():
     r = call_with_timeout(lambda: ev.benchmark(time.sleep, 0.005, n_repeat=3, n_warmup=0, device="cpu"))
     assert min(r.device_times_us) >= 4900
     assert min(r.host_times_us) >= 4900
+
+
+def test_a_huge_n_repeat_with_max_duration_runs_without_reserving_for_every_repeat():
+    # It reserved room for every repeat up front: MemoryError before fn ran once.
+    calls = []
+    r = ev.benchmark(lambda: calls.append(1), n_repeat=10**9, n_warmup=0, max_duration=0.1,
+                     progress=False)
+    assert 0 < r.n_runs == len(calls) < 10**9
