@@ -246,6 +246,9 @@ py::capsule dlpack_method(const Tensor& t, const py::object& stream, const py::o
     auto v = int_pair(max_version, "max_version");
     versioned = v.first >= 1;
   }
+  if (!copy.is_none() && !PyBool_Check(copy.ptr())) {
+    throw py::type_error("__dlpack__: copy must be None, True or False, got " + py::repr(copy).cast<std::string>());
+  }
   const bool copied = !copy.is_none() && copy.cast<bool>();
   // Read-only memory (lent so by its owner) stays read-only: a versioned capsule says so; an
   // unversioned one cannot, and is refused, as NumPy refuses a read-only array's. (Before the

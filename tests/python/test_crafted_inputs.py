@@ -514,6 +514,7 @@ def test_writable_memory_is_exported_writable(source):
     (lambda: ev.set_process_label(size=2.5), TypeError, "size must be an integer"),
     (lambda: ev.set_process_label(host=5), TypeError, "host must be a str"),
     (lambda: ev.benchmark(lambda: None, name="\udcff", n_repeat=1), ev.InvalidArgumentError, "UTF-8"),
+    (lambda: ev.ones(2).__dlpack__(copy="x"), TypeError, "copy must be None, True or False"),
 ])
 def test_bad_arguments_are_named_not_bare_cast_errors(call, kind, words):
     with pytest.raises(kind, match=words):
