@@ -964,11 +964,32 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
     }
     throw InvalidArgument("import_event: cannot open the block of '" + handle + "': " + errno_text(e));
   }
+  // Trust: /dev/shm is a directory every user may create names in. Only a block this user made
+  // (as an exporter does: mode 0600) and nobody else may write decides a verdict here; one of
+  // another size could be truncated under the mapping (SIGBUS) or be something else.
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Block))) {
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
     ::close(fd);
-    throw InvalidArgument("import_event: '" + handle +
-                          "' names shared memory that is not an eventide event block (too small)");
+    throw InvalidArgument("import_event: cannot read the block of '" + handle + "': " + errno_text(e));
+  }
+  if (st.st_uid != ::geteuid()) {
+    ::close(fd);
+    throw InvalidArgument("import_event: the block of '" + handle + "' belongs to another user (uid " +
+                          std::to_string(st.st_uid) + ", this process is uid " + std::to_string(::geteuid()) +
+                          "): eventide imports only events exported by the same user, since another "
+                          "user could forge its verdict");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    ::close(fd);
+    throw InvalidArgument("import_event: the block of '" + handle + "' may be written by other users (mode " +
+                          std::to_string(st.st_mode & 0777) + " in decimal; eventide makes it 0600): refused, "
+                          "since they could forge its verdict");
+  }
+  if (st.st_size != static_cast<off_t>(sizeof(Block))) {
+    ::close(fd);
+    throw InvalidArgument("import_event: '" + handle + "' names shared memory that is not an eventide event block (" +
+                          std::to_string(st.st_size) + " bytes, not " + std::to_string(sizeof(Block)) + ")");
   }
   void* address = ::mmap(nullptr, sizeof(Block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int e = errno;
@@ -990,6 +1011,13 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
   if (b.version != kVersion || b.block_bytes != sizeof(Block)) {
     throw InvalidArgument("import_event: the block of '" + handle + "' is of another version of eventide (" +
                           std::to_string(b.version) + "; this one reads " + std::to_string(kVersion) + ")");
+  }
+  // Every field bounded: a pid no process has (0, -1: kill(2) would ask about a group, and the
+  // liveness check would never end the wait), lengths past their arrays.
+  if (b.pid <= 0 || b.native_bytes > sizeof b.native || b.error_bytes > sizeof b.error) {
+    throw InvalidArgument("import_event: the block of '" + handle + "' is malformed (pid " + std::to_string(b.pid) +
+                          ", native handle of " + std::to_string(b.native_bytes) + " bytes, error text of " +
+                          std::to_string(b.error_bytes) + " bytes)");
   }
   std::optional<Device> exporter_device;
   if (b.device[0] != '\0') {

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
@@ -421,6 +423,82 @@ TEST(ipc, BadInputIsNamed) {
     // An EMPTY event would never finish.
     EXPECT_THROW_MSG(ev::ipc::export_event(ev::Event()), ev::StateError, "EMPTY");
     EXPECT_THROW(ev::ipc::ExportedEvent().handle(), ev::StateError);
+    gate.set();
+  });
+}
+
+// A copy of the block of `handle` under a new name, its bytes changed by `change`, with mode
+// `mode`, created by user `uid` (-1: this process's; another only as root): the handle that
+// names it. The caller unlinks it (forged_name).
+std::string forge_block(const std::string& handle, const std::function<void(std::vector<char>&)>& change,
+                        mode_t mode, int uid = -1) {
+  static int count = 0;
+  const std::string real = "/" + handle.substr(std::strlen("eventide-ipc:1:"));
+  int fd = shm_open(real.c_str(), O_RDONLY, 0);
+  if (fd < 0) throw std::runtime_error("shm_open " + real);
+  struct stat st {};
+  fstat(fd, &st);
+  std::vector<char> bytes(static_cast<std::size_t>(st.st_size));
+  if (pread(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) throw std::runtime_error("pread");
+  close(fd);
+  change(bytes);
+  const std::string name = "eventide.forged." + std::to_string(getpid()) + "." + std::to_string(++count);
+  const std::string path = "/" + name;  // (made before the fork: the child allocates nothing)
+  auto write_it = [&] {
+    int out = shm_open(path.c_str(), O_CREAT | O_EXCL | O_RDWR, mode);
+    if (out < 0) return false;
+    bool ok = fchmod(out, mode) == 0 &&
+              write(out, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+    close(out);
+    return ok;
+  };
+  if (uid < 0) {
+    if (!write_it()) throw std::runtime_error("forging " + name);
+  } else {
+    pid_t child = fork();
+    if (child == 0) _exit(setuid(static_cast<uid_t>(uid)) == 0 && write_it() ? 0 : 1);
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error("forging " + name + " as uid " + std::to_string(uid));
+  }
+  return "eventide-ipc:1:" + name;
+}
+
+void unlink_forged(const std::string& handle) {
+  shm_unlink(("/" + handle.substr(std::strlen("eventide-ipc:1:"))).c_str());
+}
+
+// Only a block made by this user, that nobody else may write, of its own size and with every
+// field in bounds, decides an import's verdict (/dev/shm takes names from every user).
+TEST(ipc, ForgedBlocksAreRefusedByName) {
+  run_with_deadline([] {
+    ev::UserEvent gate;
+    auto x = ev::ipc::export_event(gate);
+    auto same = [](std::vector<char>&) {};
+    std::vector<std::string> forged;
+    auto refused = [&](const std::string& h, const char* words) {
+      forged.push_back(h);
+      EXPECT_THROW_MSG(ev::ipc::import_event(h), ev::InvalidArgument, words);
+    };
+    // A faithful copy is accepted: the checks below refuse only what they name.
+    forged.push_back(forge_block(x.handle(), same, 0600));
+    EXPECT_NO_THROW(ev::ipc::import_event(forged.back()));
+    refused(forge_block(x.handle(), same, 0666), "may be written by other users");
+    refused(forge_block(x.handle(), same, 0620), "may be written by other users");
+    for (std::int32_t pid : {0, -1}) {
+      refused(forge_block(x.handle(), [&](std::vector<char>& b) { std::memcpy(b.data() + 20, &pid, 4); }, 0600),
+              "malformed");
+    }
+    refused(forge_block(x.handle(), [](std::vector<char>& b) { b.resize(b.size() + 4096); }, 0600),
+            "not an eventide event block");
+    refused(forge_block(x.handle(), [](std::vector<char>& b) { b.resize(b.size() - 64); }, 0600),
+            "not an eventide event block");
+    if (geteuid() == 0) {
+      refused(forge_block(x.handle(), same, 0600, 65534), "belongs to another user");  // nobody
+    } else {
+      std::printf("not root: the block of another user is not tried here\n");
+    }
+    for (const std::string& h : forged) unlink_forged(h);
     gate.set();
   });
 }
