@@ -570,7 +570,11 @@ class Watcher {
       retry_retired(waiters);
       for (auto& imp : local) {
         const std::uint32_t s = imp->map->block().state.load(std::memory_order_acquire);
-        if (visit(*imp, now)) {
+        // Finished, or dropped: where the import holds the only references to its gate and
+        // verdict, no event, wait or callback can see them any more, and watching on would
+        // keep its descriptor and mapping until the exported work ends (1,018 dropped imports
+        // used up the process's descriptors).
+        if (visit(*imp, now) || (imp->gate.unique() && imp->verdict.unique())) {
           done.push_back(imp.get());
           continue;
         }

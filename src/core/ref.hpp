@@ -23,6 +23,9 @@ class RefCounted {
     // acq_rel: the deleting thread must see every write made through other references.
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
+  // Whether the caller's reference is the only one: then nobody else can take another (a
+  // reference is copied only from a reference).
+  bool only_reference() const noexcept { return refs_.load(std::memory_order_acquire) == 1; }
 
  protected:
   virtual ~RefCounted() = default;
@@ -56,6 +59,8 @@ class Ref {
   T& operator*() const noexcept { return *p_; }
   explicit operator bool() const noexcept { return p_ != nullptr; }
   T* detach() noexcept { return std::exchange(p_, nullptr); }
+  // Whether this is the only reference to its object (RefCounted::only_reference).
+  bool unique() const noexcept { return p_ && p_->only_reference(); }
 
   friend bool operator==(const Ref& a, const Ref& b) noexcept { return a.p_ == b.p_; }
 
