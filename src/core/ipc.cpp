@@ -748,9 +748,11 @@ struct ExportState {
   }
   void publish_final(const std::exception_ptr& error) noexcept {
     if (::getpid() != pid) return;
+    // (The liveness lock is kept until the export goes, ~ExportState: an importer that finds
+    // the word final also learns from it whether the exporter is still there, so that a block
+    // a killed exporter left behind is not taken for a live export.)
     if (!error) {
       publish(kDone);
-      release_lock();  // the word says it all from here on
       return;
     }
     Block& b = map->block();
@@ -759,7 +761,6 @@ struct ExportState {
     std::memcpy(b.error, text, n);
     b.error_bytes = static_cast<std::uint32_t>(n);
     publish(kFailed);
-    release_lock();
   }
 };
 
@@ -1022,6 +1023,16 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
     throw InvalidArgument("import_event: the block of '" + handle + "' is malformed (pid " + std::to_string(b.pid) +
                           ", native handle of " + std::to_string(b.native_bytes) + " bytes, error text of " +
                           std::to_string(b.error_bytes) + " bytes)");
+  }
+  // A finished export whose exporter is gone (SIGKILLed: it could not remove its name) is no
+  // export any more, as after a clean exit: its name goes, and the import is refused.
+  if (b.state.load(std::memory_order_acquire) & kFinal) {
+    const std::optional<bool> held = b.liveness_lock == 1 ? lock_held(fd) : std::nullopt;
+    if (held ? !*held : !process_alive(b.pid, b.start_time)) {
+      ::shm_unlink(name.c_str());
+      throw InvalidArgument("import_event: no exported event '" + handle + "' on this machine: its exporter (process " +
+                            std::to_string(b.pid) + ") has exited, and its block was left behind (removed now)");
+    }
   }
   std::optional<Device> exporter_device;
   if (b.device[0] != '\0') {

@@ -710,6 +710,29 @@ TEST(ipc_process, ImportOfADeadExporterFails) {
   });
 }
 
+// The same once the exported work has finished: the block left behind is no export any more
+// (it imported as finished for good before, and stayed in /dev/shm), while a live exporter's
+// finished export still imports, finished.
+TEST(ipc_process, AFinishedExportOfAKilledExporterIsGoneWithIt) {
+  run_with_deadline([] {
+    Child c({"export-gated", "cpu"});
+    std::string handle = c.line();
+    c.send("set");
+    c.send("poll");
+    while (c.line() != "done") c.send("poll");
+    ev::Event live = ev::ipc::import_event(handle);
+    EXPECT_TRUE(ends_within(live, 20s));
+    EXPECT_EQ(live.status(), ev::EventStatus::finished);
+    kill(c.pid(), SIGKILL);  // no cleanup: the name stays behind
+    c.join();
+    const std::string path = "/dev/shm/" + handle.substr(std::strlen("eventide-ipc:1:"));
+    EXPECT_EQ(access(path.c_str(), F_OK), 0) << "the killed exporter's block is still there";
+    EXPECT_THROW_MSG(ev::ipc::import_event(handle), ev::InvalidArgument, "has exited");
+    EXPECT_NE(access(path.c_str(), F_OK), 0) << "the importer removes the block left behind";
+    EXPECT_THROW_MSG(ev::ipc::import_event(handle), ev::InvalidArgument, "no exported event");
+  });
+}
+
 TEST(ipc_process, AForkedChildOfTheExporterDoesNotKeepItAlive) {
   run_with_deadline([] {
     Child c({"export-fork", "cpu"});
