@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <vector>
 #include <string>
 
 #include "core/parker.hpp"
@@ -147,6 +148,7 @@ class MpiTransport final : public Transport {
 
   void all_reduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
                   void*) override {
+    agree(Call::all_reduce, count, dtype, static_cast<int>(op), -1);
     // Always in place: MPI wants MPI_IN_PLACE from every rank or from none, and a rank cannot
     // know how the others called; so `in` is first copied to `out` (as Open MPI's algorithms
     // copy the send buffer before they reduce).
@@ -156,6 +158,7 @@ class MpiTransport final : public Transport {
   }
 
   void all_gather(const void* in, void* out, std::size_t count, DType dtype, void*) override {
+    agree(Call::all_gather, count, dtype, -1, -1);
     blocking("MPI_Allgather", [&] {
       return MPI_Allgather(in, as_count(count), type(dtype), out, as_count(count), type(dtype), comm_);
     });
@@ -163,6 +166,7 @@ class MpiTransport final : public Transport {
 
   void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
                       void*) override {
+    agree(Call::reduce_scatter, count, dtype, static_cast<int>(op), -1);
     blocking("MPI_Reduce_scatter_block", [&] {
       return MPI_Reduce_scatter_block(in, out, as_count(count), type(dtype), reduction(dtype, op), comm_);
     });
@@ -171,6 +175,7 @@ class MpiTransport final : public Transport {
 
   void broadcast(const void* in, void* out, std::size_t count, DType dtype, int root,
                  void*) override {
+    agree(Call::broadcast, count, dtype, -1, root);
     int rank = 0;
     MPI_Comm_rank(comm_, &rank);
     if (rank == root && count > 0 && in != out) std::memcpy(out, in, count * itemsize(dtype));
@@ -178,10 +183,34 @@ class MpiTransport final : public Transport {
   }
 
   void send(const void* in, std::size_t count, DType dtype, int dst, void*) override {
+    // A header first, what the message holds: a recv of another dtype but the same byte size
+    // would take the bytes for its own dtype's.
+    const std::int64_t header[2] = {static_cast<std::int64_t>(dtype), static_cast<std::int64_t>(count)};
+    blocking("MPI_Send", [&] { return MPI_Send(header, 2, MPI_INT64_T, dst, kHeaderTag, comm_); });
     blocking("MPI_Send", [&] { return MPI_Send(in, as_count(count), type(dtype), dst, kTag, comm_); });
   }
 
   void recv(void* out, std::size_t count, DType dtype, int src, void*) override {
+    std::int64_t header[2] = {0, 0};
+    blocking("MPI_Recv", [&] { return MPI_Recv(header, 2, MPI_INT64_T, src, kHeaderTag, comm_, MPI_STATUS_IGNORE); });
+    if (header[0] != static_cast<std::int64_t>(dtype) || header[1] != static_cast<std::int64_t>(count)) {
+      // The message is taken all the same (into scratch), so that the next one pairs right.
+      MPI_Status probed{};
+      blocking("MPI_Probe", [&] { return MPI_Probe(src, kTag, comm_, &probed); });
+      int bytes = 0;
+      check("MPI_Get_count", MPI_Get_count(&probed, MPI_BYTE, &bytes));
+      std::vector<unsigned char> scratch(static_cast<std::size_t>(std::max(bytes, 1)));
+      blocking("MPI_Recv", [&] {
+        return MPI_Recv(scratch.data(), bytes, MPI_BYTE, src, kTag, comm_, MPI_STATUS_IGNORE);
+      });
+      const bool known = header[0] >= 0 && header[0] <= static_cast<std::int64_t>(DType::bf16);
+      const bool same_dtype = header[0] == static_cast<std::int64_t>(dtype);
+      const std::string theirs = known ? std::string(eventide::name(static_cast<DType>(header[0]))) : "?";
+      throw InvalidArgument("recv: rank " + std::to_string(src) + " sent " + std::to_string(header[1]) + " elements" +
+                            (same_dtype ? "" : " of " + theirs) + ", recv expected " + std::to_string(count) +
+                            (same_dtype ? "" : " of " + std::string(eventide::name(dtype))) +
+                            " (send's tensor and recv's shape and dtype must match)");
+    }
     MPI_Status status{};
     blocking("MPI_Recv", [&] { return MPI_Recv(out, as_count(count), type(dtype), src, kTag, comm_, &status); });
     // A shorter message leaves the rest of `out` unwritten, and MPI does not call it an error.
@@ -198,11 +227,54 @@ class MpiTransport final : public Transport {
   }
 
   void barrier(void*) override {
+    agree(Call::barrier, 0, DType::f32, -1, -1);
     blocking("MPI_Barrier", [&] { return MPI_Barrier(comm_); });
   }
 
  private:
-  static constexpr int kTag = 0x65;  // eventide's point-to-point messages
+  static constexpr int kTag = 0x65;        // eventide's point-to-point messages
+  static constexpr int kHeaderTag = 0x67;  // ... and the header before each (send)
+  // EVENTIDE_COLLECTIVE_CHECKS=0 leaves out agree() (every rank must set it alike).
+  const bool checks_ = [] {
+    const char* v = std::getenv("EVENTIDE_COLLECTIVE_CHECKS");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+
+  enum class Call : std::int64_t { all_reduce = 1, all_gather, reduce_scatter, broadcast, barrier };
+
+  // Every rank's call agreed before any data moves: which collective, dtype, element count, op
+  // and root. Mismatched calls crashed a rank (MPI read past the smaller buffer) or gave
+  // garbage (float32 against int32); now every rank fails with the same error. One MPI_Allreduce
+  // of ten integers (the fields and their negations, under MAX: the largest and the smallest
+  // of each across the ranks).
+  void agree(Call call, std::size_t count, DType dtype, int op, int root) {
+    if (!checks_) return;
+    const std::int64_t mine[5] = {static_cast<std::int64_t>(call), static_cast<std::int64_t>(dtype),
+                                  static_cast<std::int64_t>(count), op, root};
+    std::int64_t spread[10];
+    for (int i = 0; i < 5; ++i) {
+      spread[i] = mine[i];
+      spread[5 + i] = -mine[i];
+    }
+    blocking("MPI_Allreduce", [&] { return MPI_Allreduce(MPI_IN_PLACE, spread, 10, MPI_INT64_T, MPI_MAX, comm_); });
+    static constexpr const char* kField[5] = {"the collective", "the dtype", "the element count", "the op", "the root"};
+    static constexpr const char* kCall[6] = {"?", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier"};
+    for (int i = 0; i < 5; ++i) {
+      const std::int64_t most = spread[i], least = -spread[5 + i];
+      if (most == least) continue;
+      auto shown = [&](std::int64_t v) -> std::string {
+        if (i == 0 && v >= 1 && v <= 5) return kCall[v];
+        if (i == 1 && v >= 0 && v <= static_cast<std::int64_t>(DType::bf16)) return std::string(eventide::name(static_cast<DType>(v)));
+        if (i == 3 && v >= 0 && v <= static_cast<std::int64_t>(ReduceOp::avg)) return distributed::name(static_cast<ReduceOp>(v));
+        return std::to_string(v);
+      };
+      throw InvalidArgument(std::string(kCall[static_cast<int>(call)]) + ": the ranks' calls do not match (" + kField[i] +
+                            " differs: " + shown(least) + " on some rank, " + shown(most) +
+                            " on another; this rank: " + shown(mine[i]) +
+                            "); every rank must issue the same collectives, in the same order, with "
+                            "the same dtype, element count, op and root");
+    }
+  }
 
   MPI_Datatype type(DType dtype) const noexcept {
     switch (dtype) {

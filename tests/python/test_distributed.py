@@ -182,6 +182,45 @@ def test_a_rank_that_raises_ends_the_job_within_seconds():
     assert took < 30, f"the job took {took:.1f} s to end"
 
 
+MISMATCHED = r"""
+import eventide as ev
+comm = ev.distributed.init(device="cpu")
+r = comm.rank
+def attempt(what, fn, words):
+    try:
+        fn().wait()
+    except ev.EventideError as e:
+        assert words in str(e), (what, str(e))
+        print(f"rank {r} {what}: refused", flush=True)
+    else:
+        raise AssertionError(f"rank {r} {what}: no error")
+attempt("count", lambda: comm.all_reduce(ev.ones(1000 if r == 0 else 2**20)), "element count differs")
+attempt("dtype", lambda: comm.all_reduce(ev.ones(8, dtype=ev.float32 if r == 0 else ev.float64)), "dtype differs")
+attempt("int", lambda: comm.all_reduce(ev.ones(8, dtype=ev.float32 if r == 0 else ev.int32)), "float32 on some rank, int32")
+attempt("op", lambda: comm.all_reduce(ev.ones(8), op="sum" if r == 0 else "max"), "the op differs: sum")
+attempt("root", lambda: comm.broadcast(ev.ones(8), root=r), "root differs")
+attempt("kind", lambda: comm.barrier() if r == 0 else comm.all_reduce(ev.ones(1)), "the collective differs")
+if r == 0:
+    comm.send(ev.ones(4, dtype=ev.float64), dst=1).wait()
+else:
+    attempt("recv", lambda: comm.recv((8,), src=0, dtype=ev.float32), "sent 4 elements of float64, recv expected 8 of float32")
+assert comm.all_reduce(ev.ones(4)).numpy().tolist() == [2.0] * 4  # and the job goes on
+print(f"rank {r} mismatches ok", flush=True)
+"""
+
+
+@needs_mpi
+@needs_mpirun
+@pytest.mark.time_limit(120)
+def test_mismatched_collectives_fail_on_every_rank_by_name():
+    # Before: a SIGSEGV on the smaller rank, garbage for float32 against int32, a recv of
+    # another dtype reinterpreted.
+    r = run([MPIRUN, "-np", "2", sys.executable, "-c", MISMATCHED], timeout=90)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "rank 0 mismatches ok" in r.stdout and "rank 1 mismatches ok" in r.stdout, out[-4000:]
+
+
 EXIT_ONCE = r"""
 import eventide as ev, numpy as np
 comm = ev.distributed.init(device="cpu")
