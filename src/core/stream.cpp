@@ -166,6 +166,11 @@ std::uint64_t StreamState::sync_point() {
   return enqueued_;
 }
 
+std::uint64_t StreamState::enqueued() const {
+  std::lock_guard lock(submit_mu_);
+  return enqueued_;
+}
+
 std::exception_ptr StreamState::error() const {
   std::lock_guard lock(submit_mu_);
   if (gate_ && gate_->done()) return gate_->error();

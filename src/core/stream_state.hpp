@@ -120,6 +120,8 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   virtual int priority() const noexcept { return 0; }
   // Whether every Work enqueued so far has finished (the native stream's other work aside).
   bool own_work_done() const;
+  // How many Works have been enqueued here so far (ops, markers, waits).
+  std::uint64_t enqueued() const;
   // Whether work enqueued here may be launched by another thread than the caller's (a held
   // GPU op, by the watcher): false for a per-thread default stream, which is another stream
   // on each thread.

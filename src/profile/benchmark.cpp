@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/runtime.hpp"
+#include "core/stream_state.hpp"
 #include "eventide/errors.hpp"
 #include "eventide/stream.hpp"
 
@@ -98,6 +100,40 @@ class ProgressLine {
   bool shown_ = false;
 };
 
+// A stream of the device and how many Works it had (StreamState::enqueued).
+struct StreamAt {
+  std::shared_ptr<detail::StreamState> stream;
+  std::uint64_t enqueued;
+};
+
+std::vector<StreamAt> streams_of(Device device) {
+  std::vector<StreamAt> out;
+  for (auto& s : detail::Runtime::get().context(device).live_streams()) {
+    const std::uint64_t n = s->enqueued();
+    out.push_back(StreamAt{std::move(s), n});
+  }
+  return out;
+}
+
+// The end of a run: a marker on the current stream, and on every other stream of the device
+// that has had work enqueued since `at_start` (one made meanwhile included).
+std::vector<Event> ends_of_run(Device device, const std::vector<StreamAt>& at_start) {
+  const Stream current = Stream::current(device);
+  std::vector<Event> ends;
+  Event end(device);
+  end.record(current);
+  ends.push_back(std::move(end));
+  for (auto& s : detail::Runtime::get().context(device).live_streams()) {
+    if (s == current.state()) continue;
+    auto was = std::find_if(at_start.begin(), at_start.end(), [&](const StreamAt& a) { return a.stream == s; });
+    if (was != at_start.end() && s->enqueued() == was->enqueued) continue;  // nothing new there
+    Event e(device);
+    e.record(Stream(s));
+    ends.push_back(std::move(e));
+  }
+  return ends;
+}
+
 }  // namespace
 
 BenchmarkStats summarize(const std::vector<Micros>& times) {
@@ -132,10 +168,9 @@ BenchmarkResult benchmark(const std::function<void()>& fn, const BenchmarkOption
 
   // Warm-up: the same calls, their work waited for, nothing kept.
   for (int i = 0; i < options.n_warmup; ++i) {
+    const std::vector<StreamAt> at_start = streams_of(result.device);
     fn();
-    Event end(result.device);
-    end.record(Stream::current(result.device));
-    wait(end);
+    for (const Event& e : ends_of_run(result.device, at_start)) wait(e);
   }
 
   const auto start = Clock::now();
@@ -148,18 +183,23 @@ BenchmarkResult benchmark(const std::function<void()>& fn, const BenchmarkOption
   result.device_times.reserve(room);
   for (int i = 0; i < options.n_repeat; ++i) {
     if (i > 0 && options.max_duration && Clock::now() - start >= *options.max_duration) break;
-    // The stream is looked up each run: `fn` may change what is current (it runs the same
-    // each time, so the two markers of a run are on one stream).
-    Event before(result.device), after(result.device);
+    // Where each stream of the device stood: a run covers the work `fn` enqueues on any of
+    // them (a stream of its own, `with ev.stream(s):`), not only on the current one, whose
+    // markers alone read 40 µs for 35 ms of work still running, and missed its failures.
+    const std::vector<StreamAt> at_start = streams_of(result.device);
+    // The stream is looked up each run: `fn` may change what is current.
+    Event before(result.device);
     before.record(Stream::current(result.device));
     const auto t0 = Clock::now();
     fn();
     const auto t1 = Clock::now();
-    after.record(Stream::current(result.device));
-    wait(after);
-    before.wait();  // finished before `after` (one stream); raises its error if it failed
+    std::vector<Event> ends = ends_of_run(result.device, at_start);
+    for (const Event& e : ends) wait(e);  // raises the error of failed work before the end
+    before.wait();  // raises its error if it failed
+    Micros device_time{0};
+    for (const Event& e : ends) device_time = std::max(device_time, std::chrono::duration_cast<Micros>(before.elapsed_time(e)));
     result.host_times.push_back(std::chrono::duration_cast<Micros>(t1 - t0));
-    result.device_times.push_back(std::chrono::duration_cast<Micros>(before.elapsed_time(after)));
+    result.device_times.push_back(device_time);
     progress.update(i + 1, options.n_repeat);
   }
   progress.finish(static_cast<int>(result.host_times.size()), options.n_repeat);

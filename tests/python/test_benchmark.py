@@ -189,3 +189,27 @@ def test_a_huge_n_repeat_with_max_duration_runs_without_reserving_for_every_repe
     r = ev.benchmark(lambda: calls.append(1), n_repeat=10**9, n_warmup=0, max_duration=0.1,
                      progress=False)
     assert 0 < r.n_runs == len(calls) < 10**9
+
+
+def test_work_on_a_stream_of_fns_own_is_timed_and_its_failures_propagate():
+    # Before, only the current stream had markers: 35 ms of work on fn's own stream read as
+    # tens of microseconds, still running when benchmark returned, and its failure was lost.
+    own = ev.Stream("cpu")
+    pending = []
+
+    def fn():
+        with ev.stream(own):
+            pending.append(hold_stream_for(SLEEP_S)())
+
+    r = call_with_timeout(lambda: ev.benchmark(fn, n_repeat=3, n_warmup=1, device="cpu"))
+    assert min(r.device_times_us) >= SLEEP_S * 1e6 * 0.9, r.device_times_us
+    assert own.query(), "benchmark returned while fn's work on its own stream ran"
+
+    def failing():
+        with ev.stream(own):
+            u = ev.UserEvent()
+            ev.current_stream().wait(u)
+            u.fail(RuntimeError("work on fn's own stream failed"))
+
+    with pytest.raises((RuntimeError, ev.OpError), match="own stream failed"):
+        call_with_timeout(lambda: ev.benchmark(failing, n_repeat=2, n_warmup=0, device="cpu"))
