@@ -121,3 +121,24 @@ def test_two_processes_merged_on_one_clock_sorted_by_rank(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert dup.returncode == 1
     assert "are both rank 0" in dup.stderr and "again.json" in dup.stderr
+
+
+@pytest.mark.parametrize("text, words", [
+    # 100,000 deep: the merge crashed (recursive serialization).
+    ('{"traceEvents": [], "otherData": {"start_ns": 1}, "deep": ' + "[" * 100_000 + "]" * 100_000 + "}",
+     "nested deeper than 64 levels"),
+    ('{"traceEvents": [{"ph": 5, "ts": 1}], "otherData": {"start_ns": 1}}', 'event 1: "ph" is number, not a string'),
+    ('{"traceEvents": [{"ph": "M", "name": 7}], "otherData": {"start_ns": 1}}', '"name" is number'),
+    ('{"traceEvents": [], "otherData": {"start_ns": 18446744073709551615}}', '"start_ns" is not a 64-bit integer'),
+    ('{"traceEvents": [], "otherData": {"start_ns": 1, "rank": 4294967296}}', '"rank" is not a rank'),
+], ids=["deep", "ph", "name", "start_ns", "rank"])
+def test_malformed_inputs_are_refused_naming_the_file_and_the_field(tmp_path, text, words):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    good = tmp_path / "good.json"
+    good.write_text('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "pid": 1, "name": "a"}], '
+                    '"otherData": {"start_ns": 1}}')
+    r = subprocess.run([str(CLI), "trace", "merge", str(tmp_path / "out.json"), str(bad), str(good)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "bad.json" in r.stderr and words in r.stderr, r.stderr

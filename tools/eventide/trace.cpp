@@ -10,8 +10,10 @@
 // position on the command line as its rank (two processes profiled without a label); two
 // inputs of one rank are an error.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -42,6 +44,23 @@ struct Input {
   throw std::runtime_error(path + ": " + why);
 }
 
+// Whether `v` is an integer a std::int64_t holds (an unsigned one past it wrapped around).
+bool fits_int64(const json& v) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT64_MAX);
+  return v.is_number_integer();
+}
+
+// A string field of an event, "" where it has none; the file and the event named where it is
+// of another type ("ph": 5 gave a bare json.exception.type_error).
+std::string string_field(const json& ev, const char* key, const std::string& path, std::size_t index) {
+  auto it = ev.find(key);
+  if (it == ev.end()) return "";
+  if (!it->is_string()) {
+    fail(path, "event " + std::to_string(index) + ": \"" + key + "\" is " + it->type_name() + ", not a string");
+  }
+  return it->get<std::string>();
+}
+
 Input read_input(const std::string& path, int position) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot be read");
@@ -49,8 +68,14 @@ Input read_input(const std::string& path, int position) {
   text << in.rdbuf();
   Input input;
   input.path = path;
+  // A bound on nesting: a trace of eventide's is 4 deep, and a value nested 100,000 deep
+  // crashed the merge (nlohmann's dump and destructor recurse).
+  constexpr int kMaxDepth = 64;
   try {
-    input.trace = json::parse(text.str());
+    input.trace = json::parse(text.str(), [&](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxDepth) fail(path, "nested deeper than " + std::to_string(kMaxDepth) + " levels: not a Chrome trace");
+      return true;
+    });
   } catch (const json::parse_error& e) {
     fail(path, std::string("not JSON (") + e.what() + ")");
   }
@@ -59,22 +84,27 @@ Input read_input(const std::string& path, int position) {
     fail(path, "not a Chrome trace (no \"traceEvents\" array)");
   }
   const json* other = input.trace.contains("otherData") ? &input.trace["otherData"] : nullptr;
+  if (other && other->is_object() && other->contains("start_ns") && (*other)["start_ns"].is_number_integer() &&
+      !fits_int64((*other)["start_ns"])) {
+    fail(path, "\"start_ns\" is not a 64-bit integer");
+  }
   if (!other || !other->is_object() || !other->contains("start_ns") ||
-      !(*other)["start_ns"].is_number_integer()) {
+      !fits_int64((*other)["start_ns"])) {
     fail(path, "not a trace of eventide's profiler (its \"otherData\" has no \"start_ns\"), so its "
                "clock is unknown: profile with eventide 0.2 or later, or leave it out");
   }
   std::int64_t offset = 0;
   if (other->contains("clock_offset_ns")) {
-    if (!(*other)["clock_offset_ns"].is_number_integer()) fail(path, "\"clock_offset_ns\" is not an integer");
+    if (!fits_int64((*other)["clock_offset_ns"])) fail(path, "\"clock_offset_ns\" is not a 64-bit integer");
     offset = (*other)["clock_offset_ns"].get<std::int64_t>();
   }
   input.origin_ns = (*other)["start_ns"].get<std::int64_t>() + offset;
   if (other->contains("rank")) {
-    if (!(*other)["rank"].is_number_integer() || (*other)["rank"].get<int>() < 0) {
-      fail(path, "\"rank\" is not a rank");
+    const json& rank = (*other)["rank"];
+    if (!fits_int64(rank) || rank.get<std::int64_t>() < 0 || rank.get<std::int64_t>() > INT_MAX) {
+      fail(path, "\"rank\" is not a rank (an integer from 0 to " + std::to_string(INT_MAX) + ")");
     }
-    input.rank = (*other)["rank"].get<int>();
+    input.rank = static_cast<int>(rank.get<std::int64_t>());
     input.rank_given = true;
   } else {
     input.rank = position;
@@ -114,51 +144,63 @@ int run_trace_merge(const TraceMergeOptions& options) {
   json ranks = json::array();
   int next_pid = 0;
   std::uint64_t next_flow_base = 0;
-  for (std::size_t r = 0; r < inputs.size(); ++r) {
-    Input& in = inputs[r];
-    const double shift_us = static_cast<double>(in.origin_ns - t0) / 1e3;
-    const std::string prefix = "rank " + std::to_string(in.rank) + " · ";
-    std::map<std::int64_t, int> pids;  // the input's pid -> the merged trace's
-    auto pid_of = [&](const json& pid) {
-      const std::int64_t key = pid.is_number_integer() ? pid.get<std::int64_t>() : 0;
-      auto [it, added] = pids.try_emplace(key, 0);
-      if (added) it->second = ++next_pid;
-      return it->second;
-    };
-    std::uint64_t max_flow = 0;
-    for (json ev : in.trace["traceEvents"]) {
-      if (!ev.is_object()) continue;
-      if (ev.contains("pid")) ev["pid"] = pid_of(ev["pid"]);
-      if (ev.contains("ts") && ev["ts"].is_number()) ev["ts"] = ev["ts"].get<double>() + shift_us;
-      const std::string ph = ev.value("ph", "");
-      if ((ph == "s" || ph == "t" || ph == "f") && ev.contains("id") && ev["id"].is_number_unsigned()) {
-        const std::uint64_t id = ev["id"].get<std::uint64_t>();
-        max_flow = std::max(max_flow, id);
-        ev["id"] = next_flow_base + id;
+  try {
+    for (std::size_t r = 0; r < inputs.size(); ++r) {
+      Input& in = inputs[r];
+      const double shift_us = static_cast<double>(in.origin_ns - t0) / 1e3;
+      const std::string prefix = "rank " + std::to_string(in.rank) + " · ";
+      std::map<std::int64_t, int> pids;  // the input's pid -> the merged trace's
+      auto pid_of = [&](const json& pid) {
+        const std::int64_t key = pid.is_number_integer() ? pid.get<std::int64_t>() : 0;
+        auto [it, added] = pids.try_emplace(key, 0);
+        if (added) it->second = ++next_pid;
+        return it->second;
+      };
+      std::uint64_t max_flow = 0;
+      std::size_t index = 0;
+      for (json ev : in.trace["traceEvents"]) {
+        ++index;
+        if (!ev.is_object()) continue;
+        if (ev.contains("pid")) ev["pid"] = pid_of(ev["pid"]);
+        if (ev.contains("ts") && ev["ts"].is_number()) ev["ts"] = ev["ts"].get<double>() + shift_us;
+        const std::string ph = string_field(ev, "ph", in.path, index);
+        if ((ph == "s" || ph == "t" || ph == "f") && ev.contains("id") && ev["id"].is_number_unsigned()) {
+          const std::uint64_t id = ev["id"].get<std::uint64_t>();
+          max_flow = std::max(max_flow, id);
+          ev["id"] = next_flow_base + id;
+        }
+        const std::string name = string_field(ev, "name", in.path, index);
+        if (ph == "M" && name == "process_name" && ev.contains("args") &&
+            ev["args"].is_object() && ev["args"].contains("name") && ev["args"]["name"].is_string()) {
+          const std::string label = ev["args"]["name"].get<std::string>();
+          if (label.rfind(prefix, 0) != 0) ev["args"]["name"] = prefix + label;
+        }
+        if (ph == "M" && name == "process_sort_index" && ev.contains("args") &&
+            ev["args"].is_object()) {
+          // By rank first, then as the rank's trace had them.
+          const json& given = ev["args"].contains("sort_index") ? ev["args"]["sort_index"] : json(0);
+          if (!given.is_number_integer() || !fits_int64(given) || std::llabs(given.get<std::int64_t>()) >= 1000) {
+            fail(in.path, "event " + std::to_string(index) + ": \"sort_index\" is not an integer below 1000");
+          }
+          const int within = static_cast<int>(given.get<std::int64_t>());
+          ev["args"]["sort_index"] = static_cast<int>(r) * 1000 + within;
+        }
+        events.push_back(std::move(ev));
       }
-      if (ph == "M" && ev.value("name", "") == "process_name" && ev.contains("args") &&
-          ev["args"].is_object() && ev["args"].contains("name") && ev["args"]["name"].is_string()) {
-        const std::string name = ev["args"]["name"].get<std::string>();
-        if (name.rfind(prefix, 0) != 0) ev["args"]["name"] = prefix + name;
-      }
-      if (ph == "M" && ev.value("name", "") == "process_sort_index" && ev.contains("args") &&
-          ev["args"].is_object()) {
-        // By rank first, then as the rank's trace had them.
-        const int within = ev["args"].value("sort_index", 0);
-        ev["args"]["sort_index"] = static_cast<int>(r) * 1000 + within;
-      }
-      events.push_back(std::move(ev));
+      next_flow_base += max_flow;
+      json rank = in.trace["otherData"];
+      rank["rank"] = in.rank;
+      rank["file"] = in.path;
+      rank["shift_us"] = shift_us;
+      std::vector<int> merged_pids;
+      for (const auto& [from, to] : pids) merged_pids.push_back(to);
+      std::sort(merged_pids.begin(), merged_pids.end());
+      rank["pids"] = merged_pids;
+      ranks.push_back(std::move(rank));
     }
-    next_flow_base += max_flow;
-    json rank = in.trace["otherData"];
-    rank["rank"] = in.rank;
-    rank["file"] = in.path;
-    rank["shift_us"] = shift_us;
-    std::vector<int> merged_pids;
-    for (const auto& [from, to] : pids) merged_pids.push_back(to);
-    std::sort(merged_pids.begin(), merged_pids.end());
-    rank["pids"] = merged_pids;
-    ranks.push_back(std::move(rank));
+  } catch (const std::exception& e) {  // a field of the wrong type, named (fail), or JSON's own
+    std::fprintf(stderr, "eventide trace merge: %s\n", e.what());
+    return kExitFailed;
   }
 
   // One event a line, as the profiler writes them.
