@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio as _asyncio
 import contextlib as _contextlib
 import os as _os
+import sys as _sys
 import threading as _threading
 from typing import Any, Iterable, Optional, Sequence
 
@@ -357,26 +358,38 @@ class range(_contextlib.ContextDecorator):
     records both its start and its end, and, on builds with NVTX, an NVTX range in the
     ``eventide`` domain that Nsight Systems shows beside eventide's own (each op's launch,
     host waits, callbacks). Ranges nest; an exception leaving the block still closes it. One
-    ``range`` object may be entered on several threads at once, and again inside itself
-    (recursion): each entry is its own region, closed by the matching exit on that thread.
-    It is for synchronous code: on an ``async def`` the decorator would close the range when
-    the coroutine object is made, and coroutines sharing one thread would share its regions;
-    in a coroutine, use a ``with`` block that contains no ``await``.
+    ``range`` object may be entered on several threads at once, again inside itself
+    (recursion), and in generators that interleave or resume on another thread: each entry is
+    its own region, closed by the exit of the same ``with`` statement (the same frame), on
+    whichever thread that runs. On an ``async def`` the decorator would close the range when
+    the coroutine object is made; in a coroutine, use a ``with`` block.
     """
 
     def __init__(self, name: str) -> None:
         self.name = str(name)
-        self._local = _threading.local()  # per thread: the regions this object has open
+        # The regions this object has open, by the frame of the ``with`` that opened them (a
+        # generator's frame stays one across threads and resumptions; a per-thread stack lost
+        # a region resumed elsewhere and swapped the ends of two interleaved generators).
+        self._open: dict = {}
+        self._lock = _threading.Lock()
 
     def __enter__(self) -> "range":
-        stack = getattr(self._local, "open", None)
-        if stack is None:
-            stack = self._local.open = []
-        stack.append(_eventide._OpenRange(self.name))
+        frame = _sys._getframe(1)
+        opened = _eventide._OpenRange(self.name)
+        with self._lock:
+            self._open.setdefault(id(frame), (frame, []))[1].append(opened)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self._local.open.pop().close()
+        frame = _sys._getframe(1)
+        with self._lock:
+            entry = self._open.get(id(frame))
+            if entry is None or entry[0] is not frame:
+                return  # not opened by this frame's with: nothing of ours to close
+            opened = entry[1].pop()
+            if not entry[1]:
+                del self._open[id(frame)]
+        opened.close()
 
     def __repr__(self) -> str:
         return f"<eventide.range {self.name!r}>"

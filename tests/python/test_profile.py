@@ -1066,3 +1066,46 @@ class TestTimeline:
         assert page.unit == "ms" and page.data["ns_per_unit"] == 1_000_000
         written = re.findall(r"\d(?:[\d.]*) (µs|ms|ns|s)\b", page.text)
         assert written and set(written) == {"ms"}, written
+
+
+class TestRangesInGenerators:
+    def test_a_generator_resumed_on_another_thread_closes_its_range(self):
+        r = ev.range("gen")
+
+        def gen():
+            with r:
+                yield 1
+                yield 2
+
+        with ev.profile() as prof:
+            g = gen()
+            assert next(g) == 1  # opened here
+            out = []
+            t = threading.Thread(target=lambda: out.append(list(g)))  # closed there
+            t.start()
+            t.join(20)
+            assert out == [[2]]
+        (rg,) = [x for x in prof.ranges if x["name"] == "gen"]
+        assert rg["end_us"] >= rg["start_us"]
+
+    def test_two_generators_interleaved_on_one_range_keep_their_own_ends(self):
+        r = ev.range("inter")
+
+        def gen():
+            with r:
+                yield
+
+        with ev.profile() as prof:
+            first, second = gen(), gen()
+            next(first)  # the first region opens...
+            time.sleep(0.03)
+            next(second)  # ...then the second...
+            next(first, None)  # ...the first closes...
+            time.sleep(0.03)
+            next(second, None)  # ...and the second, 30 ms later
+        regions = sorted((x for x in prof.ranges if x["name"] == "inter"), key=lambda x: x["start_us"])
+        assert len(regions) == 2
+        # A stack per thread paired the first exit with the last entry: the first region
+        # then ended last, and the second at once.
+        assert regions[0]["end_us"] < regions[1]["end_us"], regions
+        assert regions[1]["end_us"] - regions[1]["start_us"] >= 25_000, regions
