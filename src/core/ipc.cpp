@@ -454,6 +454,10 @@ class Watcher {
     return *w;
   }
 
+  // Settles the import now if the exported work is over (or its exporter gone): true then,
+  // and the import needs no watching.
+  static bool settle_now_if_over(Import& imp) noexcept { return visit(imp, std::chrono::steady_clock::now()); }
+
   // fork()'s child step (register_ipc_fork_handlers), if a watcher was made.
   static void after_fork_in_child_if_made() noexcept {
     if (Watcher* w = g_watcher.load(std::memory_order_acquire)) w->after_fork_in_child();
@@ -1132,6 +1136,9 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
     imp->gate_done = true;
     imp->timeline->advance(1);
     out.state()->record(imp->verdict, std::nullopt);
+    // An export that is over already reads so at once (poll() right after the import was
+    // False in 162 of 200 imports: it waited for the watcher's turn).
+    if (Watcher::settle_now_if_over(*imp)) return out;
   }
   Watcher::get().add(std::move(imp));
   return out;

@@ -343,6 +343,19 @@ TEST(ipc, FinishedEventImportsFinished) {
   });
 }
 
+// An export that is over reads so right after the import, without waiting for the watcher.
+TEST(ipc, AnImportOfFinishedWorkPollsFinishedAtOnce) {
+  run_with_deadline([] {
+    ev::UserEvent u;
+    u.set();
+    auto x = ev::ipc::export_event(u);
+    for (int i = 0; i < 200; ++i) {
+      ev::Event e = ev::ipc::import_event(x.handle());
+      ASSERT_TRUE(e.poll()) << "import " << i;
+    }
+  });
+}
+
 TEST(ipc, FailureCrossesWithItsText) {
   run_with_deadline([] {
     ev::UserEvent gate;
