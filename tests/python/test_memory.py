@@ -306,3 +306,13 @@ def test_empty_cache_gives_the_blocks_of_freed_large_tensors_back():
     assert ev.empty_cache() == 0  # nothing is left to give back
     after = ev.full((1 << 21,), 2.0, device="cpu")
     assert after.numpy().min() == after.numpy().max() == 2.0
+
+
+@pytest.mark.parametrize("value", ["lots", "-5", "12MB", ""])
+def test_a_bad_cache_limit_is_said_not_ignored_silently(value):
+    import subprocess
+    env = dict(os.environ, EVENTIDE_DEVICE="cpu", EVENTIDE_CPU_CACHE_MB=value)
+    r = subprocess.run([sys.executable, "-c", "import eventide as ev; ev.ones(1 << 20).wait()"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("is not a whole number of MiB") == 1, r.stderr

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -70,17 +71,41 @@ std::size_t size_class(std::size_t bytes) noexcept {
   return (paged + step - 1) / step * step;
 }
 
+// The memory limit of this process's cgroup (v2's memory.max, v1's memory.limit_in_bytes),
+// or SIZE_MAX where there is none: a container's limit, not the machine's RAM, is what the
+// kernel holds the process to.
+std::size_t cgroup_limit() noexcept {
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::FILE* f = std::fopen(path, "r");
+    if (!f) continue;
+    char text[64] = {};
+    const bool read = std::fgets(text, sizeof text, f) != nullptr;
+    std::fclose(f);
+    if (!read) continue;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(text, &end, 10);
+    if (end != text && v > 0) return static_cast<std::size_t>(std::min<unsigned long long>(v, SIZE_MAX));
+    // "max": no limit at this level
+  }
+  return SIZE_MAX;
+}
+
 std::size_t read_limit() noexcept {
   if (const char* env = std::getenv("EVENTIDE_CPU_CACHE_MB")) {
     char* end = nullptr;
     const unsigned long long mb = std::strtoull(env, &end, 10);
     if (end != env && *end == '\0' && *env != '-' && mb <= (SIZE_MAX >> 20)) return static_cast<std::size_t>(mb) << 20;
+    // (Once: the limit is read once per process.)
+    std::fprintf(stderr,
+                 "eventide: EVENTIDE_CPU_CACHE_MB='%.64s' is not a whole number of MiB (0 turns the "
+                 "cache off); the default limit is used\n",
+                 env);
   }
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page = ::sysconf(_SC_PAGESIZE);
   const std::size_t machine = pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
                                                     : std::size_t{4} << 30;
-  return std::min(machine / 4, std::size_t{16} << 30);
+  return std::min({machine / 4, cgroup_limit() / 4, std::size_t{16} << 30});
 }
 
 // A mapping of `bytes` (a size class: a multiple of the page); from 2 MiB on, aligned to 2 MiB

@@ -15,7 +15,8 @@
 // advised as transparent huge pages, so their first touch is one fault per 2 MiB.
 //
 // The cache keeps at most CacheStats::limit_bytes of free blocks (a quarter of the machine's
-// memory, at most 16 GiB; EVENTIDE_CPU_CACHE_MB sets it, 0 turns caching off); a block that
+// memory or of the cgroup's limit, whichever is less, at most 16 GiB; EVENTIDE_CPU_CACHE_MB
+// sets it, 0 turns caching off, anything else is said on stderr and ignored); a block that
 // would go over it goes back to the kernel. A failed mapping empties the cache and tries once
 // more before it is out of memory. Builds with AddressSanitizer use the C heap for every
 // size, so that it sees uses after free.
