@@ -522,8 +522,9 @@ Tensor Communicator::recv(Shape shape, int src, DType dtype, std::optional<Devic
   check_rank(s, "recv", "src", src);
   if (src == s.rank) throw InvalidArgument("recv: src " + std::to_string(src) + " is this rank");
   Issue issue(s, "recv", device.value_or(s.device));
+  // Before the allocation: 2^40 elements were refused as out of memory, not as too many.
+  issue.check_count(eventide::numel(shape));
   auto out = issue.output(std::move(shape), dtype);
-  issue.check_count(out->numel);
   const std::size_t count = static_cast<std::size_t>(out->numel);
   void* dst = out->storage->data();
   issue.launch({}, {out.get()}, [=](Transport& tr, void* stream) {

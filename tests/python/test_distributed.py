@@ -205,6 +205,12 @@ if r == 0:
 else:
     attempt("recv", lambda: comm.recv((8,), src=0, dtype=ev.float32), "sent 4 elements of float64, recv expected 8 of float32")
 assert comm.all_reduce(ev.ones(4)).numpy().tolist() == [2.0] * 4  # and the job goes on
+try:  # refused before its output is allocated (it was out of memory)
+    comm.recv((1 << 40,), src=1 - r)
+except ev.InvalidArgumentError as e:
+    assert "more than mpi carries" in str(e), str(e)
+else:
+    raise AssertionError("a recv of 2^40 elements was accepted")
 print(f"rank {r} mismatches ok", flush=True)
 """
 
