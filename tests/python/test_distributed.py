@@ -156,11 +156,17 @@ def test_one_process_without_mpirun_is_a_communicator_of_one():
     assert r.returncode == 0 and "single ok" in r.stdout, (r.stdout + r.stderr)[-4000:]
 
 
-RANK_RAISES = r"""
-import sys, eventide as ev, numpy as np
+RANK_LEAVES = r"""
+import os, signal, sys, eventide as ev, numpy as np
 comm = ev.distributed.init(device="cpu")
-if comm.rank == 1:
-    raise RuntimeError("boom before my part of the all_reduce")
+if comm.rank == 1:  # before its part of the all_reduce
+    how = sys.argv[1]
+    if how == "exception":
+        raise RuntimeError("boom before my part of the all_reduce")
+    if how == "signal":
+        os.kill(os.getpid(), signal.SIGTERM)
+    if how == "abort":  # what an uncaught C++ exception ends in (std::terminate)
+        os.abort()
 out = comm.all_reduce(ev.tensor(np.ones(4)))  # rank 0 waits for rank 1's part
 out.wait()
 """
@@ -169,16 +175,18 @@ out.wait()
 @needs_mpi
 @needs_mpirun
 @pytest.mark.time_limit(120)
-def test_a_rank_that_raises_ends_the_job_within_seconds():
-    # Before: rank 1 waited in MPI_Finalize (eventide's exit hook) for rank 0, which waited
-    # for rank 1's part of the all_reduce: the job never ended.
+@pytest.mark.parametrize("how", ["exception", "signal", "abort"])
+def test_a_rank_that_leaves_on_an_error_ends_the_job_within_seconds(how):
+    # Before, for an exception: rank 1 waited in MPI_Finalize (eventide's exit hook) for rank
+    # 0, which waited for rank 1's part of the all_reduce: the job never ended.
     start = time.monotonic()
-    r = run([MPIRUN, "-np", "2", sys.executable, "-c", RANK_RAISES], timeout=90)
+    r = run([MPIRUN, "-np", "2", sys.executable, "-c", RANK_LEAVES, how], timeout=90)
     took = time.monotonic() - start
     out = r.stdout + r.stderr
     assert r.returncode != 0, out[-4000:]
-    assert "RuntimeError: boom" in r.stderr, out[-4000:]  # the traceback, first
-    assert "rank 1 of 2 leaves on an error (RuntimeError: boom" in r.stderr, out[-4000:]
+    if how == "exception":
+        assert "RuntimeError: boom" in r.stderr, out[-4000:]  # the traceback, first
+        assert "rank 1 of 2 leaves on an error (RuntimeError: boom" in r.stderr, out[-4000:]
     assert took < 30, f"the job took {took:.1f} s to end"
 
 
