@@ -18,6 +18,34 @@ import pytest
 
 import eventide as ev
 
+def _leftover_blocks(before: set) -> set:
+    """Names of eventide's blocks in /dev/shm made since `before` that no live process but this
+    one could still remove: this process's, and those of exporters that have died."""
+    left = set()
+    for name in set(os.listdir("/dev/shm")) - before:
+        parts = name.split(".")
+        if parts[0] != "eventide" or len(parts) < 2 or not parts[1].isdigit():
+            continue  # (forged names of ipc_test's, other files)
+        pid = int(parts[1])
+        if pid == os.getpid() or not os.path.exists(f"/proc/{pid}"):
+            left.add(name)
+    return left
+
+
+@pytest.fixture(autouse=True)
+def no_block_or_descriptor_left_behind():
+    """Every test leaves /dev/shm and this process's descriptors as it found them (after a few
+    seconds for the watcher and callbacks to let go)."""
+    blocks = set(os.listdir("/dev/shm"))
+    fds = len(os.listdir("/proc/self/fd"))
+    yield
+    deadline = time.monotonic() + 10
+    while (_leftover_blocks(blocks) or len(os.listdir("/proc/self/fd")) > fds + 2) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _leftover_blocks(blocks), "blocks left in /dev/shm"
+    assert len(os.listdir("/proc/self/fd")) <= fds + 2, "descriptors left open"
+
+
 # A child that exports an event gated by a UserEvent and obeys: set, fail, die, poll, exit.
 EXPORTER = textwrap.dedent(
     """
