@@ -244,6 +244,14 @@ bool process_alive(pid_t pid, std::uint64_t start_time) noexcept {
   return !(::kill(pid, 0) == -1 && errno == ESRCH);
 }
 
+// Whether the exporter of `b` (the process `pid`, started at `start_time`) is gone: its
+// liveness lock let go, looked at through `lock_fd` (the block, open), or, without OFD locks
+// or a descriptor, its process no longer there.
+bool exporter_gone(const Block& b, int lock_fd, pid_t pid, std::uint64_t start_time) noexcept {
+  const std::optional<bool> held = lock_fd >= 0 && b.liveness_lock == 1 ? lock_held(lock_fd) : std::nullopt;
+  return held ? !*held : !process_alive(pid, start_time);
+}
+
 // --- the exporter's names, removed at exit -------------------------------------------------
 
 struct OwnedNames {
@@ -522,9 +530,7 @@ class Watcher {
       }
     } else if (now >= imp.next_liveness) {
       imp.next_liveness = now + kLivenessPeriod;
-      std::optional<bool> held =
-          imp.lock_fd >= 0 && b.liveness_lock == 1 ? lock_held(imp.lock_fd) : std::nullopt;
-      if (held ? !*held : !process_alive(imp.pid, imp.start_time)) {
+      if (exporter_gone(b, imp.lock_fd, imp.pid, imp.start_time)) {
         // Look again: it may have set the word just before it exited.
         if (b.state.load(std::memory_order_acquire) & kFinal) return visit(imp, now);
         final = true;
@@ -973,45 +979,40 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
     }
     throw InvalidArgument("import_event: cannot open the block of '" + handle + "': " + errno_text(e));
   }
-  // Trust: /dev/shm is a directory every user may create names in. Only a block this user made
-  // (as an exporter does: mode 0600) and nobody else may write decides a verdict here; one of
-  // another size could be truncated under the mapping (SIGBUS) or be something else.
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    throw InvalidArgument("import_event: cannot read the block of '" + handle + "': " + errno_text(e));
-  }
-  if (st.st_uid != ::geteuid()) {
-    ::close(fd);
-    throw InvalidArgument("import_event: the block of '" + handle + "' belongs to another user (uid " +
-                          std::to_string(st.st_uid) + ", this process is uid " + std::to_string(::geteuid()) +
-                          "): eventide imports only events exported by the same user, since another "
-                          "user could forge its verdict");
-  }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    ::close(fd);
-    throw InvalidArgument("import_event: the block of '" + handle + "' may be written by other users (mode " +
-                          std::to_string(st.st_mode & 0777) + " in decimal; eventide makes it 0600): refused, "
-                          "since they could forge its verdict");
-  }
-  if (st.st_size != static_cast<off_t>(sizeof(Block))) {
-    ::close(fd);
-    throw InvalidArgument("import_event: '" + handle + "' names shared memory that is not an eventide event block (" +
-                          std::to_string(st.st_size) + " bytes, not " + std::to_string(sizeof(Block)) + ")");
-  }
-  void* address = ::mmap(nullptr, sizeof(Block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int e = errno;
-  if (address == MAP_FAILED) {
-    ::close(fd);
-    throw InvalidArgument("import_event: cannot map the block of '" + handle + "': " + errno_text(e));
-  }
   struct FdGuard {  // until the import holds it
     int fd;
     ~FdGuard() {
       if (fd >= 0) ::close(fd);
     }
   } fd_guard{fd};
+  // Trust: /dev/shm is a directory every user may create names in. Only a block this user made
+  // (as an exporter does: mode 0600) and nobody else may write decides a verdict here; one of
+  // another size could be truncated under the mapping (SIGBUS) or be something else.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    throw InvalidArgument("import_event: cannot read the block of '" + handle + "': " + errno_text(e));
+  }
+  if (st.st_uid != ::geteuid()) {
+    throw InvalidArgument("import_event: the block of '" + handle + "' belongs to another user (uid " +
+                          std::to_string(st.st_uid) + ", this process is uid " + std::to_string(::geteuid()) +
+                          "): eventide imports only events exported by the same user, since another "
+                          "user could forge its verdict");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    throw InvalidArgument("import_event: the block of '" + handle + "' may be written by other users (mode " +
+                          std::to_string(st.st_mode & 0777) + " in decimal; eventide makes it 0600): refused, "
+                          "since they could forge its verdict");
+  }
+  if (st.st_size != static_cast<off_t>(sizeof(Block))) {
+    throw InvalidArgument("import_event: '" + handle + "' names shared memory that is not an eventide event block (" +
+                          std::to_string(st.st_size) + " bytes, not " + std::to_string(sizeof(Block)) + ")");
+  }
+  void* address = ::mmap(nullptr, sizeof(Block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (address == MAP_FAILED) {
+    const int e = errno;
+    throw InvalidArgument("import_event: cannot map the block of '" + handle + "': " + errno_text(e));
+  }
   auto map = std::make_shared<Mapping>(address);
   const Block& b = map->block();
   if (b.magic != kMagic) {
@@ -1031,8 +1032,7 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
   // A finished export whose exporter is gone (SIGKILLed: it could not remove its name) is no
   // export any more, as after a clean exit: its name goes, and the import is refused.
   if (b.state.load(std::memory_order_acquire) & kFinal) {
-    const std::optional<bool> held = b.liveness_lock == 1 ? lock_held(fd) : std::nullopt;
-    if (held ? !*held : !process_alive(b.pid, b.start_time)) {
+    if (exporter_gone(b, fd, b.pid, b.start_time)) {
       ::shm_unlink(name.c_str());
       throw InvalidArgument("import_event: no exported event '" + handle + "' on this machine: its exporter (process " +
                             std::to_string(b.pid) + ") has exited, and its block was left behind (removed now)");

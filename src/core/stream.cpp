@@ -141,29 +141,14 @@ void StreamState::wait(EventState& event) {
   submit_locked(work);
 }
 
-bool StreamState::query() const {
-  std::uint64_t target;
-  {
-    std::lock_guard lock(submit_mu_);
-    target = enqueued_;
-  }
-  return timeline_->passed(target) && native_idle();
-}
+bool StreamState::query() const { return own_work_done() && native_idle(); }
 
-bool StreamState::own_work_done() const {
-  std::uint64_t target;
-  {
-    std::lock_guard lock(submit_mu_);
-    target = enqueued_;
-  }
-  return timeline_->passed(target);
-}
+bool StreamState::own_work_done() const { return timeline_->passed(enqueued()); }
 
 std::uint64_t StreamState::sync_point() {
   // The marker synchronize needs is no work of the user's: observers do not see it.
   if (native_handle()) return enqueue_marker(WorkKind::untimed_marker, MarkerOwner::runtime)->seq();
-  std::lock_guard lock(submit_mu_);
-  return enqueued_;
+  return enqueued();
 }
 
 std::uint64_t StreamState::enqueued() const {

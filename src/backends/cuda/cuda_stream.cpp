@@ -293,11 +293,13 @@ std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
         break;
       }
     }
-    if ((!work->error() || must_issue) && work->body() && work->no_backend_kernels()) {
-      work->body()();  // no kernel of ours, nothing to time: also while the device starts
-    } else if ((!work->error() || must_issue) && work->body()) {
-      Timing::Scope scope(Timing::get(), *work, native_.get());
-      work->body()();
+    if ((!work->error() || must_issue) && work->body()) {
+      if (work->no_backend_kernels()) {
+        work->body()();  // no kernel of ours, nothing to time: also while the device starts
+      } else {
+        Timing::Scope scope(Timing::get(), *work, native_.get());
+        work->body()();
+      }
     } else if (!work->error() && work->kind() == detail::WorkKind::marker) {
       // In the native stream itself, after whatever any code enqueued there before it: a timed
       // CUDA event, the marker's stamp (its progress write follows below).

@@ -493,27 +493,24 @@ Timing::Timing() : impl_(&shared_impl()), mode_(env_mode()) {
   }
 }
 
-std::string Timing::describe() const {
-  switch (mode_) {
+std::string Timing::describe(Mode mode, const std::string& why_not_cupti) {
+  switch (mode) {
     case Mode::cupti: return "CUPTI activity records (each op's own kernels and copies)";
     case Mode::events:
       return "CUDA event pairs (include launch gaps" +
-             (impl_->why.empty() ? std::string(")") : "; CUPTI: " + impl_->why + ")");
+             (why_not_cupti.empty() ? std::string(")") : "; CUPTI: " + why_not_cupti + ")");
     case Mode::off: return "off (EVENTIDE_CUDA_TIMING=off)";
   }
   return "?";
 }
 
+std::string Timing::describe() const { return describe(mode_, impl_->why); }
+
 std::string Timing::describe_without_waiting() {
   if (Timing* t = if_started()) return t->describe();
-  switch (env_mode()) {
-    case Mode::cupti:
-      return "CUPTI activity records (each op's own kernels and copies; CUPTI starts with the "
-             "device's first work, on a thread of eventide's)";
-    case Mode::events: return "CUDA event pairs (include launch gaps)";
-    case Mode::off: return "off (EVENTIDE_CUDA_TIMING=off)";
-  }
-  return "?";
+  std::string mode = describe(env_mode(), "");
+  if (env_mode() == Mode::cupti) mode += ", once CUPTI has started (with the device's first work, on a thread of eventide's)";
+  return mode;
 }
 
 namespace {
@@ -749,14 +746,14 @@ void Timing::retired(Work& work) noexcept {
   if (work.is_marker()) {
     // Its time is read from its stamp when someone asks (await): measuring it may need a
     // calibration, which is no work for the watcher.
-    if (!work.stamp()) work.finish_timing();
+    retired_untimed(work);
     return;
   }
   std::lock_guard lock(impl_->mu);
   if (mode_ == Mode::cupti) impl_->fold_pending();  // its launches may not be folded yet
   auto id = impl_->ids.find(&work);
   if (id == impl_->ids.end()) {
-    if (!work.timing_known()) work.finish_timing();  // launched nothing timed (a wait)
+    retired_untimed(work);  // launched nothing timed (a wait)
     return;
   }
   auto it = impl_->entries.find(id->second);

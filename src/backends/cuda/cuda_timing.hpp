@@ -59,6 +59,8 @@ class Timing {
   // describe() of the timing if it has started; else what it is starting as, without waiting
   // for the start (device_info must not wait behind other libraries' work).
   static std::string describe_without_waiting();
+  // The text of `mode` (for events, with why CUPTI was not used, if it was tried).
+  static std::string describe(Mode mode, const std::string& why_not_cupti);
 
   // Tags the CUDA work launched on this thread during its lifetime with `work`.
   class Scope {
