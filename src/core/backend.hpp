@@ -111,8 +111,10 @@ class DeviceBackend {
                                                    const std::function<std::uint64_t()>& make_id) = 0;
   // Whether `native` is a native stream of this device (Stream::from_native without a device).
   virtual bool owns_native_stream(void* native) const { (void)native; return false; }
-  // `bytes` of device memory for an op about to be enqueued on `stream` (stream-ordered
-  // where the device has that), freed when the last reference goes. DeviceError if it cannot.
+  // `bytes` of device memory for the output of an op the caller enqueues on `stream` next,
+  // before the tensor is handed out; freed when the last reference goes. Stream-ordered: it
+  // may be memory that earlier work of `stream` still uses (its tensor gone, see
+  // Storage::recycle_after), which the op runs after. DeviceError if it cannot.
   virtual Ref<Storage> allocate(std::size_t bytes, StreamState& stream) = 0;
   // `bytes` of host memory (a Storage of Device::cpu()) that this device copies to and from
   // best (pinned on a GPU): the staging of copies between devices, and the memory of a cpu

@@ -4,6 +4,24 @@
 
 namespace eventide::detail {
 
+TensorState::~TensorState() {
+  if (!storage || storage->escaped()) return;  // escaped: others' work on it is not seen
+  // The latest unfinished use; none if the unfinished ones are on more than one timeline. No
+  // lock: nobody else can reach a tensor being destroyed.
+  Ref<Work> last;
+  auto add = [&last](const Ref<Work>& w) {
+    if (!w || w->done()) return true;
+    if (last && &last->timeline() != &w->timeline()) return false;
+    if (!last || w->seq() > last->seq()) last = w;
+    return true;
+  };
+  if (!add(writer_)) return;
+  for (const Ref<Work>& r : readers_) {
+    if (!add(r)) return;
+  }
+  if (last) storage->recycle_after(std::move(last));
+}
+
 void TensorState::use_for_read(const Ref<Work>& work, Work::Deps& deps) {
   std::lock_guard lock(mu_);
   // Also on the op's own timeline: the producer is done by then (streams run in order), but

@@ -7,7 +7,9 @@
 // for every reader, so using a tensor from any stream is never a data race.
 //
 // Memory: `storage` is reference-counted, and every op holds a reference until it has
-// finished, so the memory outlives both the handles and the work.
+// finished, so the memory outlives both the handles and the work. When the tensor goes while
+// its ops still run, all on one timeline, the memory may go to the next op of that timeline
+// at once (Storage::recycle_after): the timeline runs them in order.
 //
 // Thread-safety: shape, dtype, device and storage never change; the hazards are guarded by
 // a spin lock (held for a few loads and stores, never while calling out).
@@ -43,6 +45,12 @@ class Storage : public RefCounted {
   // pool in the order that pool keeps, not be reused at once.
   bool escaped() const noexcept { return escaped_.load(std::memory_order_relaxed); }
   void mark_escaped() const noexcept { escaped_.store(true, std::memory_order_relaxed); }
+  // The tensor over this memory is gone while ops may still use it: `last_use` and work before
+  // it on its timeline, which every op still using it is on. A backend whose timelines run in
+  // order may hand the memory at once to the output of the next op of that timeline
+  // (Backend::allocate), which runs after them; by default the memory waits for its last
+  // reference. Called once, from ~TensorState, for memory that has not escaped.
+  virtual void recycle_after(Ref<Work> last_use) noexcept { (void)last_use; }
 
  private:
   void* data_;
@@ -60,6 +68,11 @@ class TensorState {
         device(device_),
         numel(eventide::numel(shape)),
         storage(std::move(storage_)) {}
+  TensorState(const TensorState&) = delete;
+  TensorState& operator=(const TensorState&) = delete;
+  // Offers the memory for reuse in stream order where every op still using it is on one
+  // timeline (Storage::recycle_after).
+  ~TensorState();
 
   const Shape shape;
   const DType dtype;

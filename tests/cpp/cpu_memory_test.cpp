@@ -77,6 +77,102 @@ TEST(CpuMemoryTest, ABlockIsNotReusedWhileAnOpStillUsesIt) {
   });
 }
 
+// Issue 26, item 4: temporaries issued far ahead of the stream reuse one block, not one each.
+TEST(CpuMemoryTest, ATemporaryDroppedAheadOfItsStreamGoesToTheStreamsNextOutput) {
+  REQUIRE_CACHE();
+  run_with_deadline([] {
+    const ev::Device c = ev::Device::cpu();
+    ev::Stream s(c);
+    ev::UserEvent gate;
+    s.wait(gate);  // nothing below runs before the checks
+    ev::Tensor x, y, last;
+    const auto before = cpu::cache_stats();
+    {
+      ev::StreamGuard guard(s);
+      x = ev::full({kLarge}, 2.0, ev::DType::f32, c);
+      y = ev::add(x, x);  // reads x later
+      x = ev::Tensor();   // let go of while the add still has to read it
+      for (int i = 0; i < 64; ++i) {
+        ev::Tensor t = ev::ones({kLarge}, ev::DType::f32, c);  // overwrites x's block: after the add
+      }
+      last = ev::full({kLarge}, -1.0, ev::DType::f32, c);
+    }
+    const auto issued = cpu::cache_stats();
+    EXPECT_FALSE(y.ready());
+    // x's block went to the first `ones`, and on from each to the next: one block for 66.
+    EXPECT_GE(issued.recycled, before.recycled + 65);
+    EXPECT_LE(issued.mapped, before.mapped + 2);  // y's block, and at most one more
+    gate.set();
+    ASSERT_TRUE(last.wait_for(30s));
+    for (float v : y.to_vector<float>()) ASSERT_EQ(v, 4.0f) << "the add read x after it was overwritten";
+    for (float v : last.to_vector<float>()) ASSERT_EQ(v, -1.0f);
+  });
+}
+
+TEST(CpuMemoryTest, AHeldBlockGoesToNoOtherStreamBeforeItsOpsFinish) {
+  REQUIRE_CACHE();
+  run_with_deadline([] {
+    const ev::Device c = ev::Device::cpu();
+    ev::Stream s(c);
+    ev::UserEvent gate;
+    s.wait(gate);
+    ev::Tensor x = ev::full({kLarge}, 2.0, ev::DType::f32, c);
+    ASSERT_TRUE(x.wait_for(30s));
+    ev::Tensor y;
+    {
+      ev::StreamGuard guard(s);
+      y = ev::add(x, x);
+    }
+    x = ev::Tensor();
+    const auto before = cpu::cache_stats();
+    EXPECT_GE(before.held_bytes, static_cast<std::size_t>(kLarge) * 4);
+    std::vector<ev::Tensor> others;  // on the default stream, which runs now
+    for (int i = 0; i < 4; ++i) others.push_back(ev::full({kLarge}, -1.0, ev::DType::f32, c));
+    for (auto& t : others) ASSERT_TRUE(t.wait_for(30s));
+    EXPECT_EQ(cpu::cache_stats().recycled, before.recycled);
+    gate.set();
+    ASSERT_TRUE(y.wait_for(30s));
+    for (float v : y.to_vector<float>()) ASSERT_EQ(v, 4.0f);
+    // Finished, the held block is an ordinary free one: any stream may have it.
+    others.clear();
+    ev::Tensor z = ev::full({kLarge}, 5.0, ev::DType::f32, c);
+    for (float v : z.to_vector<float>()) ASSERT_EQ(v, 5.0f);
+  });
+}
+
+TEST(CpuMemoryTest, MemoryUsedByTwoStreamsOrEscapedIsNotHeld) {
+  REQUIRE_CACHE();
+  run_with_deadline([] {
+    const ev::Device c = ev::Device::cpu();
+    ev::Stream s1(c), s2(c);
+    ev::UserEvent gate;
+    s1.wait(gate);
+    s2.wait(gate);
+    ev::Tensor x = ev::full({kLarge}, 2.0, ev::DType::f32, c);
+    ev::Tensor e = ev::full({kLarge}, 3.0, ev::DType::f32, c);
+    ASSERT_TRUE(x.wait_for(30s) && e.wait_for(30s));
+    (void)e.data_ptr();  // handed out: uses of it may be anybody's
+    ev::Tensor y1, y2, y3;
+    {
+      ev::StreamGuard guard(s1);
+      y1 = ev::add(x, x);
+      y3 = ev::add(e, e);
+    }
+    {
+      ev::StreamGuard guard(s2);
+      y2 = ev::mul(x, x);
+    }
+    const auto before = cpu::cache_stats();
+    x = ev::Tensor();
+    e = ev::Tensor();
+    EXPECT_EQ(cpu::cache_stats().held_bytes, before.held_bytes);
+    gate.set();
+    for (float v : y1.to_vector<float>()) ASSERT_EQ(v, 4.0f);
+    for (float v : y2.to_vector<float>()) ASSERT_EQ(v, 4.0f);
+    for (float v : y3.to_vector<float>()) ASSERT_EQ(v, 6.0f);
+  });
+}
+
 TEST(CpuMemoryTest, EveryOpWritesItsOutputWholeOverAReusedBlock) {
   run_with_deadline([] {
     const ev::Device c = ev::Device::cpu();
@@ -127,6 +223,19 @@ TEST(CpuMemoryTest, EmptyCacheGivesTheFreeBlocksBack) {
     EXPECT_GE(ev::empty_cache(), static_cast<std::size_t>(kLarge) * 4);
     EXPECT_EQ(cpu::cache_stats().cached_bytes, 0u);
     EXPECT_EQ(cpu::cache_stats().cached_blocks, 0u);
+    // A held block too, once its ops have finished (its stream synchronized).
+    {
+      ev::Stream s(ev::Device::cpu());
+      ev::StreamGuard guard(s);
+      ev::Tensor x = ev::ones({kLarge}, ev::DType::f32, ev::Device::cpu());
+      ev::Tensor y = ev::add(x, x);
+      x = ev::Tensor();
+      y = ev::Tensor();
+      s.synchronize();
+    }
+    ev::empty_cache();
+    EXPECT_EQ(cpu::cache_stats().cached_bytes, 0u);
+    EXPECT_EQ(cpu::cache_stats().held_bytes, 0u);
     // Tensors made afterwards are mapped anew and work as before.
     ev::Tensor again = ev::full({kLarge}, 5.0, ev::DType::f32, ev::Device::cpu());
     for (float v : again.to_vector<float>()) ASSERT_EQ(v, 5.0f);

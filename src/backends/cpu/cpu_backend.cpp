@@ -36,7 +36,9 @@ std::shared_ptr<StreamState> CpuBackend::wrap_stream(void*, const std::function<
   throw InvalidArgument("Stream::from_native: the cpu has no native streams to wrap");
 }
 
-Ref<detail::Storage> CpuBackend::allocate(std::size_t bytes, StreamState&) { return allocate_host_memory(bytes); }
+Ref<detail::Storage> CpuBackend::allocate(std::size_t bytes, StreamState& stream) {
+  return allocate_host_memory(bytes, &stream.timeline());
+}
 
 Ref<detail::Storage> CpuBackend::allocate_host(std::size_t bytes) { return allocate_host_memory(bytes); }
 

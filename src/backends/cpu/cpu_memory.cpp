@@ -29,6 +29,7 @@
 namespace eventide::backends::cpu {
 
 using detail::Ref;
+using detail::Work;
 
 namespace {
 
@@ -129,6 +130,21 @@ void* map_block(std::size_t bytes) noexcept {
   return reinterpret_cast<void*>(aligned);
 }
 
+class BlockCache;
+BlockCache& cache();
+
+// A mapped block of a size class, shared by the storages over it: the tensor it was taken for,
+// and those it went to in stream order while ops of an earlier one still ran. Back to the cache
+// when the last of them, and the cache's hold on it, are gone.
+class Block final : public detail::RefCounted {
+ public:
+  Block(void* data, std::size_t bytes) noexcept : data(data), bytes(bytes) {}
+  ~Block() override;
+
+  void* const data;
+  const std::size_t bytes;  // its size class
+};
+
 class BlockCache {
  public:
   BlockCache() : limit_(read_limit()) {}
@@ -157,7 +173,7 @@ class BlockCache {
   void give_back(void* block, std::size_t bytes) noexcept {
     {
       std::lock_guard lock(mu_);
-      if (bytes <= limit_ && cached_bytes_ <= limit_ - bytes) {
+      if (bytes <= limit_ && cached_bytes_ + held_bytes_ <= limit_ - bytes) {
         try {
           free_[bytes].push_back(block);
           cached_bytes_ += bytes;
@@ -171,7 +187,68 @@ class BlockCache {
     ::munmap(block, bytes);
   }
 
+  // Holds `block`, whose tensor is gone while `last_use` (and earlier work of its timeline)
+  // may still use it, for the next output of that timeline; lets go of it instead if that
+  // would go over the limit.
+  void hold(Ref<Block> block, Ref<Work> last_use) noexcept {
+    // Whatever is not kept goes after the lock: a Block's end takes it, and a Work may hold
+    // the user's error.
+    Held entry{std::move(block), std::move(last_use)};
+    std::vector<Held> finished;
+    std::lock_guard lock(mu_);
+    const std::size_t bytes = entry.block->bytes;
+    if (bytes > limit_) return;
+    if (cached_bytes_ + held_bytes_ > limit_ - bytes) take_finished_locked(finished);
+    if (cached_bytes_ + held_bytes_ > limit_ - bytes) return;
+    try {
+      std::vector<Held>& list = held_[bytes];
+      // The class's oldest first: one whose ops have finished is only a free block now.
+      while (!list.empty() && list.front().last_use->done()) {
+        finished.push_back(std::move(list.front()));
+        list.erase(list.begin());
+        held_bytes_ -= bytes;
+      }
+      list.push_back(std::move(entry));  // (strong guarantee: `entry` is intact if it throws)
+      held_bytes_ += bytes;
+    } catch (...) {
+      // No room for an entry: the block goes back when its last reference does.
+    }
+  }
+
+  // A held block of class `bytes` that `timeline`'s next op may use: one whose last use is on
+  // `timeline` (the newest first: its pages are the likeliest in the CPU's caches), or has
+  // finished. Null if none.
+  Ref<Block> take_held(std::size_t bytes, const detail::Timeline& timeline) noexcept {
+    Held found;
+    {
+      std::lock_guard lock(mu_);
+      auto it = held_.find(bytes);
+      if (it == held_.end()) return nullptr;
+      std::vector<Held>& list = it->second;
+      for (std::size_t i = list.size(); i-- > 0;) {
+        const Work& last = *list[i].last_use;
+        if (&last.timeline() == &timeline || last.done()) {
+          found = std::move(list[i]);
+          list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+          held_bytes_ -= bytes;
+          ++recycled_;
+          break;
+        }
+      }
+    }
+    return std::move(found.block);
+  }
+
   std::size_t empty() noexcept {
+    // The held blocks first, let go of after the lock: those whose ops have finished come
+    // back as free blocks, given back below.
+    std::map<std::size_t, std::vector<Held>> held;
+    {
+      std::lock_guard lock(mu_);
+      held.swap(held_);
+      held_bytes_ = 0;
+    }
+    held.clear();
     std::map<std::size_t, std::vector<void*>> taken;
     {
       std::lock_guard lock(mu_);
@@ -189,16 +266,44 @@ class BlockCache {
 
   CacheStats stats() noexcept {
     std::lock_guard lock(mu_);
-    return CacheStats{cached_bytes_, cached_blocks_, limit_, reused_, mapped_.load(std::memory_order_relaxed)};
+    return CacheStats{cached_bytes_, cached_blocks_, held_bytes_, limit_, reused_, recycled_,
+                      mapped_.load(std::memory_order_relaxed)};
   }
 
  private:
+  struct Held {
+    Ref<Block> block;
+    Ref<Work> last_use;
+  };
+
+  // Moves every held block whose ops have finished to `out`.
+  void take_finished_locked(std::vector<Held>& out) noexcept {
+    for (auto& [bytes, list] : held_) {
+      for (std::size_t i = 0; i < list.size();) {
+        if (!list[i].last_use->done()) {
+          ++i;
+          continue;
+        }
+        try {
+          out.push_back(std::move(list[i]));
+        } catch (...) {
+          return;  // no room to let go of it later: it stays held
+        }
+        list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+        held_bytes_ -= bytes;
+      }
+    }
+  }
+
   const std::size_t limit_;
   std::mutex mu_;
   std::map<std::size_t, std::vector<void*>> free_;  // by size class (under mu_)
+  std::map<std::size_t, std::vector<Held>> held_;   // by size class, oldest first (under mu_)
   std::size_t cached_bytes_ = 0;
   std::size_t cached_blocks_ = 0;
+  std::size_t held_bytes_ = 0;
   std::size_t reused_ = 0;
+  std::size_t recycled_ = 0;
   std::atomic<std::size_t> mapped_{0};
 };
 
@@ -209,34 +314,42 @@ std::atomic<BlockCache*>& cache_slot() {
 }
 BlockCache& cache() { return *cache_slot().load(std::memory_order_acquire); }
 
+Block::~Block() { cache().give_back(data, bytes); }
+
 // A large tensor's memory: a block of the cache, and a header of its own on the C heap.
 class CachedStorage final : public detail::Storage {
  public:
-  CachedStorage(void* block, std::size_t block_bytes, std::size_t bytes) noexcept
-      : Storage(block, bytes, Device::cpu()), block_bytes_(block_bytes) {}
-  ~CachedStorage() override { cache().give_back(data(), block_bytes_); }
+  CachedStorage(Ref<Block> block, std::size_t bytes) noexcept
+      : Storage(block->data, bytes, Device::cpu()), block_(std::move(block)) {}
+  void recycle_after(Ref<Work> last_use) noexcept override { cache().hold(block_, std::move(last_use)); }
 
  private:
-  const std::size_t block_bytes_;
+  const Ref<Block> block_;
 };
 
 }  // namespace
 
-Ref<detail::Storage> allocate_host_memory(std::size_t bytes) {
+Ref<detail::Storage> allocate_host_memory(std::size_t bytes, const detail::Timeline* stream_order) {
 #if defined(EVENTIDE_CPU_HEAP_ONLY)
+  (void)stream_order;
   return HeapStorage::make(bytes);
 #else
   if (bytes < kCachedFrom) return HeapStorage::make(bytes);
   const std::size_t block_bytes = size_class(bytes);
   if (block_bytes == 0) out_of_memory(bytes, "mmap");
-  void* block = cache().take(block_bytes);
-  if (!block) out_of_memory(bytes, "mmap");
-  try {
-    return Ref<detail::Storage>(new CachedStorage(block, block_bytes, bytes));
-  } catch (...) {
-    cache().give_back(block, block_bytes);
-    throw;
+  Ref<Block> block = stream_order ? cache().take_held(block_bytes, *stream_order) : nullptr;
+  if (!block) {
+    void* data = cache().take(block_bytes);
+    if (!data) out_of_memory(bytes, "mmap");
+    Block* fresh = new (std::nothrow) Block(data, block_bytes);
+    if (!fresh) {
+      cache().give_back(data, block_bytes);
+      out_of_memory(bytes, "operator new");
+    }
+    block = Ref<Block>(fresh);
   }
+  // (If the header cannot be had, the block goes back as `block` goes.)
+  return Ref<detail::Storage>(new CachedStorage(std::move(block), bytes));
 #endif
 }
 
