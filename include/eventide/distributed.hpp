@@ -164,15 +164,21 @@ std::vector<Communicator> init_local(const std::vector<Device>& devices);
 // (nanoseconds::max()) is no limit. Called at process exit by itself (a 10 s wait), unless it
 // was called before; idempotent.
 bool finalize(std::chrono::nanoseconds timeout = std::chrono::seconds(10));
+// What an exit step ends: the communicators (their collectives waited for, NCCL torn down),
+// or all (MPI too).
+enum class ExitStep { communicators, all };
 // Process exit's finalize(): its 10 s wait, or, where finalize() was called before (and gave
-// up), no wait, so that an exit waits once. The Python package's exit step calls it, and an
-// exit hook (std::atexit, registered by init()) after it.
-void finalize_at_exit();
+// up), no wait, so that an exit waits once. The Python package's exit step calls it for the
+// communicators while the runtime still runs; the exit hook init() registers (glibc's on_exit)
+// ends MPI after it, or, where the process exits with a failure status, ends the job
+// (abort_job_on_error): its peers may be waiting for this rank.
+void finalize_at_exit(ExitStep step = ExitStep::all);
 // For a rank that leaves on an error (an unhandled exception): its peers would wait for its
 // collectives forever, and MPI_Finalize at exit for them, so the whole job ends now, as
 // MPI_Abort ends it, after a line on stderr naming the rank and `reason`. Does nothing and
 // returns false where there are no peers (no init(), one rank, no MPI, after finalize); else
-// does not return. The Python package calls it from sys.excepthook once init() has run.
+// does not return. The Python package calls it from sys.excepthook once init() has run, and
+// the exit hook for a failure status.
 bool abort_job_on_error(int code, std::string_view reason) noexcept;
 
 }  // namespace eventide::distributed

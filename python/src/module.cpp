@@ -70,11 +70,13 @@ PYBIND11_MODULE(_eventide, m) {
   // running can finish.
   // First the communicators end (eventide/distributed.hpp), while the runtime still runs the
   // collectives already issued, so that every rank issues them: once it stops, queued work
-  // fails without running. (mpi4py's own exit step, should MPI be its, comes later.)
+  // fails without running. MPI ends later, in the exit hook, which knows the exit status: a
+  // failure status ends the job instead. (mpi4py's own exit step, should MPI be its, comes
+  // later.)
   py::module_::import("atexit").attr("register")(py::cpp_function([] {
     {
       py::gil_scoped_release release;
-      distributed::finalize_at_exit();
+      distributed::finalize_at_exit(distributed::ExitStep::communicators);
     }
     mark_python_exiting();
     py::gil_scoped_release release;

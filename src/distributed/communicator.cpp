@@ -135,6 +135,9 @@ struct Process {
   bool finalized = false;  // finalize() was called: no communicator may be made or used
   bool torn_down = false;  // ... and NCCL and MPI were ended (a later call retries until then)
   bool gave_up = false;    // a finalize() found collectives running (and said so)
+  // MPI is up, with peers that may wait for this rank (init() made `main`), and not finished:
+  // read without `mu` by abort_job_on_error.
+  std::atomic<bool> mpi_up{false};
 };
 
 Process& process() {
@@ -149,7 +152,11 @@ Process& process() {
 }  // namespace
 }  // namespace detail
 
-void finalize_at_exit() {
+namespace detail {
+bool finalize(std::chrono::nanoseconds timeout, ExitStep step);
+}
+
+void finalize_at_exit(ExitStep step) {
   // One wait at exit: where finalize() ran already (the Python package's exit step, then
   // C++'s, or the program's own call) and gave up, a second wait of the full time made the
   // exit that much longer; it only looks whether the collectives have finished meanwhile.
@@ -159,7 +166,8 @@ void finalize_at_exit() {
     std::lock_guard lock(p.mu);
     called_before = p.finalized;
   }
-  finalize(called_before ? std::chrono::nanoseconds(0) : std::chrono::nanoseconds(std::chrono::seconds(10)));
+  detail::finalize(called_before ? std::chrono::nanoseconds(0) : std::chrono::nanoseconds(std::chrono::seconds(10)),
+                   step);
 }
 
 bool abort_job_on_error(int code, std::string_view reason) noexcept {
@@ -168,7 +176,7 @@ bool abort_job_on_error(int code, std::string_view reason) noexcept {
   // Not under p.mu: finalize() holds it while it waits for collectives, which may be the very
   // wait this rank's error leaves unfinished. `world` is set once, by init(), before
   // `initialized` is.
-  if (!p.initialized.load(std::memory_order_acquire) || detail::in_forked_child()) return false;
+  if (!p.mpi_up.load(std::memory_order_acquire) || detail::in_forked_child()) return false;
   detail::MpiWorld* world = p.world.get();
   if (!world || world->size() <= 1) return false;  // nobody waits for this rank
   char line[512];
@@ -190,9 +198,26 @@ bool abort_job_on_error(int code, std::string_view reason) noexcept {
 namespace detail {
 namespace {
 
+// The process's exit, with its status where the C library tells it (glibc's on_exit): a
+// rank leaving with a failure status (sys.exit(1), exit(3)) leaves on an error, and ends the
+// job rather than wait in MPI_Finalize for peers that may be waiting for it (as mpirun itself
+// ends a job one of whose ranks exited so). Otherwise MPI ends as finalize() ends it.
+[[maybe_unused]] void on_process_exit(int status, void*) {
+  if (status != 0) {
+    char reason[48];
+    std::snprintf(reason, sizeof reason, "exit status %d", status);
+    (void)distributed::abort_job_on_error(status, reason);  // returns where nobody waits
+  }
+  distributed::finalize_at_exit(ExitStep::all);
+}
+
 [[maybe_unused]] void register_exit_hook(Process& p) {
   if (!p.exit_hook) {
-    std::atexit(distributed::finalize_at_exit);
+#if defined(__GLIBC__)
+    ::on_exit(on_process_exit, nullptr);
+#else
+    std::atexit([] { on_process_exit(0, nullptr); });
+#endif
     p.exit_hook = true;
   }
 }
@@ -647,6 +672,7 @@ Communicator init(InitOptions options) {
   p.main = s;
   p.all.push_back(std::move(s));
   p.initialized.store(true, std::memory_order_release);
+  p.mpi_up.store(true, std::memory_order_release);
   return comm;
 #endif
 }
@@ -712,7 +738,9 @@ bool drained(Chain& chain, const rt::Deadline& deadline) {
 
 }  // namespace
 
-bool finalize(std::chrono::nanoseconds timeout) {
+bool finalize(std::chrono::nanoseconds timeout) { return detail::finalize(timeout, ExitStep::all); }
+
+bool detail::finalize(std::chrono::nanoseconds timeout, ExitStep step) {
   auto& p = detail::process();
   std::lock_guard lock(p.mu);
   if (p.torn_down) return true;
@@ -745,7 +773,9 @@ bool finalize(std::chrono::nanoseconds timeout) {
     return false;
   }
   for (auto& s : p.all) s->set_gpu(nullptr);
+  if (step == ExitStep::communicators) return true;  // MPI: the exit hook's, which knows the status
 #if EVENTIDE_WITH_MPI
+  p.mpi_up.store(false, std::memory_order_release);
   if (p.world) p.world->finish();
 #endif
   p.torn_down = true;

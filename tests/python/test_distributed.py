@@ -167,6 +167,10 @@ if comm.rank == 1:  # before its part of the all_reduce
         os.kill(os.getpid(), signal.SIGTERM)
     if how == "abort":  # what an uncaught C++ exception ends in (std::terminate)
         os.abort()
+    if how == "exit":  # no traceback, no excepthook: only the exit status says it
+        sys.exit(1)
+    if how == "exit-message":
+        sys.exit("giving up")  # status 1, the message on stderr
 out = comm.all_reduce(ev.tensor(np.ones(4)))  # rank 0 waits for rank 1's part
 out.wait()
 """
@@ -175,10 +179,11 @@ out.wait()
 @needs_mpi
 @needs_mpirun
 @pytest.mark.time_limit(120)
-@pytest.mark.parametrize("how", ["exception", "signal", "abort"])
+@pytest.mark.parametrize("how", ["exception", "signal", "abort", "exit", "exit-message"])
 def test_a_rank_that_leaves_on_an_error_ends_the_job_within_seconds(how):
     # Before, for an exception: rank 1 waited in MPI_Finalize (eventide's exit hook) for rank
-    # 0, which waited for rank 1's part of the all_reduce: the job never ended.
+    # 0, which waited for rank 1's part of the all_reduce: the job never ended. The same for
+    # sys.exit(1) (seen: no end within 60 s; now 0.5 s).
     start = time.monotonic()
     r = run([MPIRUN, "-np", "2", sys.executable, "-c", RANK_LEAVES, how], timeout=90)
     took = time.monotonic() - start
@@ -187,7 +192,52 @@ def test_a_rank_that_leaves_on_an_error_ends_the_job_within_seconds(how):
     if how == "exception":
         assert "RuntimeError: boom" in r.stderr, out[-4000:]  # the traceback, first
         assert "rank 1 of 2 leaves on an error (RuntimeError: boom" in r.stderr, out[-4000:]
+    if how.startswith("exit"):
+        assert "rank 1 of 2 leaves on an error (exit status 1)" in r.stderr, out[-4000:]
     assert took < 30, f"the job took {took:.1f} s to end"
+
+
+RANK_LEAVES_CPP = os.environ.get("EVENTIDE_RANK_LEAVES") or str(
+    Path(ev.__file__).resolve().parents[2] / "tests" / "cpp" / "rank_leaves")
+
+
+@needs_mpi
+@needs_mpirun
+@pytest.mark.skipif(not Path(RANK_LEAVES_CPP).exists(), reason=f"tests/cpp/rank_leaves is not built ({RANK_LEAVES_CPP})")
+@pytest.mark.time_limit(120)
+@pytest.mark.parametrize("how, says", [("throw", None), ("exit", "exit status 3"), ("return", "exit status 1")])
+def test_a_cpp_rank_that_leaves_on_an_error_ends_the_job_within_seconds(how, says):
+    # A C++ program's rank: an uncaught exception (std::terminate: SIGABRT, which mpirun sees),
+    # exit(3), or main returning 1 (eventide's exit hook sees the status).
+    start = time.monotonic()
+    r = run([MPIRUN, "-np", "2", RANK_LEAVES_CPP, how], timeout=90)
+    took = time.monotonic() - start
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out[-4000:]
+    if how == "throw":
+        assert "boom before my part" in r.stderr, out[-4000:]  # std::terminate's what()
+    if says:
+        assert f"rank 1 of 2 leaves on an error ({says})" in r.stderr, out[-4000:]
+    assert took < 30, f"the job took {took:.1f} s to end"
+
+
+@needs_mpi
+@needs_mpirun
+@pytest.mark.time_limit(120)
+def test_a_successful_exit_still_waits_for_the_slower_rank():
+    # The exit hook ends the job only for a failure status: a rank that finishes first with
+    # status 0 waits in MPI_Finalize for the others, as before.
+    prog = r"""
+import time, eventide as ev
+comm = ev.distributed.init(device="cpu")
+if comm.rank == 0:
+    time.sleep(2)
+    print("rank 0 finished its work", flush=True)
+"""
+    r = run([MPIRUN, "-np", "2", sys.executable, "-c", prog], timeout=90)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert "rank 0 finished its work" in r.stdout
+    assert "leaves on an error" not in r.stderr
 
 
 MISMATCHED = r"""
