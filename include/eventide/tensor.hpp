@@ -185,9 +185,12 @@ Tensor from_external(ExternalMemory memory, Shape shape, DType dtype, const Stre
 // (m, k) @ (k, n) -> (m, n), or batched (b, m, k) @ (b, k, n) -> (b, m, n). Both on one
 // device, one dtype (f32 or f64 on the CPU).
 Tensor matmul(const Tensor& a, const Tensor& b);
-// Elementwise; same shape, dtype and device.
+// Elementwise; same shape, dtype and device. div (true division) takes floating dtypes only:
+// InvalidArgument for integers, whose quotient is not an integer.
 Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
 // A copy of `t` with elements converted to `dtype` (rounded to nearest even), on t's device,
 // asynchronously on the current stream: to read bf16 results in NumPy, cast(t, DType::f32)
 // first. Floating dtypes only (f32, f64, f16, bf16), else InvalidArgument; the same dtype
@@ -199,7 +202,9 @@ Tensor mul(const Tensor& a, const Tensor& b);
 // @endcode
 Tensor cast(const Tensor& t, DType dtype);
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 
 // Seeds the generator of `device` (every device if nullopt) for rand and randn.
 void manual_seed(std::uint64_t seed);

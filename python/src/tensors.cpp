@@ -13,17 +13,108 @@ using std::chrono::nanoseconds;
 
 namespace {
 
-Tensor py_matmul(const Tensor& a, const Tensor& b) {
-  sync_current_streams();
-  return eventide::matmul(a, b);
+using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+
+bool is_scalar(const py::handle& obj) {
+  if (PyBool_Check(obj.ptr()) || PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr())) return true;
+  // NumPy's scalars (np.float32(2), np.int64(3)), which are not Python ints or floats.
+  py::object generic = py::module_::import("numpy").attr("generic");
+  return py::isinstance(obj, generic) && py::hasattr(obj, "item") &&
+         !PyComplex_Check(obj.attr("item")().ptr());
 }
-Tensor py_add(const Tensor& a, const Tensor& b) {
-  sync_current_streams();
-  return eventide::add(a, b);
+
+// What to say of an operand that is not an eventide tensor, nor a number where one is taken.
+[[noreturn]] void refuse_operand(const py::handle& obj, const std::string& op, const char* which) {
+  const std::string type = py::str(py::type::handle_of(obj).attr("__qualname__")).cast<std::string>();
+  const std::string module = py::hasattr(py::type::handle_of(obj), "__module__")
+                                 ? py::str(py::type::handle_of(obj).attr("__module__")).cast<std::string>()
+                                 : "";
+  if (module == "numpy" || type == "list" || type == "tuple") {
+    throw py::type_error(op + ": " + which + " is a " + (module.empty() || module == "builtins" ? type : module + "." + type) +
+                         ", not an eventide.Tensor: make one with ev.tensor(" + which +
+                         ") (a copy, on the default device) or ev.from_numpy(" + which +
+                         ") (sharing a NumPy array's memory on the cpu)");
+  }
+  throw py::type_error(op + ": " + which + " is a " + type + ", not an eventide.Tensor" +
+                       " (torch's and CuPy's tensors: ev.from_dlpack(x))");
 }
-Tensor py_mul(const Tensor& a, const Tensor& b) {
+
+const Tensor& tensor_operand(const py::handle& obj, const std::string& op, const char* which) {
+  if (!py::isinstance<Tensor>(obj)) refuse_operand(obj, op, which);
+  return obj.cast<const Tensor&>();
+}
+
+// A tensor of `like`'s shape, dtype and device, every element `value` (a Python or NumPy
+// number): the other operand of `t + 1.0`. eventide does not promote dtypes, so a value the
+// dtype cannot hold exactly is refused rather than rounded.
+Tensor scalar_like(const Tensor& like, const py::handle& value, const std::string& op) {
+  py::object v = py::reinterpret_borrow<py::object>(value);
+  if (!PyBool_Check(v.ptr()) && !PyLong_Check(v.ptr()) && !PyFloat_Check(v.ptr())) v = v.attr("item")();
+  const DType dtype = like.dtype();
+  const std::string text = py::repr(v).cast<std::string>();
+  double x = 0;
+  if (PyFloat_Check(v.ptr())) {
+    x = PyFloat_AS_DOUBLE(v.ptr());
+    if (!is_floating(dtype) && (!std::isfinite(x) || x != std::trunc(x))) {
+      throw InvalidArgument(op + ": the tensor is " + py_name(dtype) + " and " + text +
+                            " is not a whole number; eventide does not promote dtypes (PyTorch would "
+                            "give float32): use a floating tensor, or a whole number");
+    }
+  } else {
+    int overflow = 0;
+    const long long n = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (n == -1 && PyErr_Occurred()) throw py::error_already_set();
+    constexpr long long kExact = 1LL << 53;  // whole numbers a double holds exactly
+    const bool fits = overflow == 0 && n >= -kExact && n <= kExact &&
+                      (dtype != DType::i32 || (n >= std::numeric_limits<std::int32_t>::min() &&
+                                               n <= std::numeric_limits<std::int32_t>::max()));
+    if (!fits && !is_floating(dtype)) {
+      throw InvalidArgument(op + ": " + text + " does not fit in the tensor's " + py_name(dtype) +
+                            (dtype == DType::i32 ? "" : " exactly (at most 2**53 in magnitude here)"));
+    }
+    x = PyFloat_AsDouble(v.ptr());  // exact up to 2**53; a floating dtype rounds beyond
+    if (x == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+  }
+  return eventide::full(like.shape(), x, dtype, like.device());
+}
+
+// a <op> b where either may be a number (not both): an elementwise op on the current stream.
+Tensor elementwise(BinaryFn fn, const char* op, const py::object& a, const py::object& b) {
+  const bool ta = py::isinstance<Tensor>(a), tb = py::isinstance<Tensor>(b);
   sync_current_streams();
-  return eventide::mul(a, b);
+  if (ta && tb) return fn(a.cast<const Tensor&>(), b.cast<const Tensor&>());
+  if (ta && is_scalar(b)) {
+    const Tensor& x = a.cast<const Tensor&>();
+    return fn(x, scalar_like(x, b, op));
+  }
+  if (tb && is_scalar(a)) {
+    const Tensor& y = b.cast<const Tensor&>();
+    return fn(scalar_like(y, a, op), y);
+  }
+  if (!ta) refuse_operand(a, op, "a");
+  refuse_operand(b, op, "b");
+}
+
+// The operator form: `other` on the right (or, reflected, on the left: 1.0 - t). An operand
+// it does not take is NotImplemented, so that Python asks the other one (and says "unsupported
+// operand type(s)" if neither takes it), except for arrays and lists, which are pointed to
+// ev.tensor.
+py::object operator_form(BinaryFn fn, const char* op, const Tensor& self, const py::object& other, bool reflected) {
+  if (!py::isinstance<Tensor>(other) && !is_scalar(other)) {
+    const std::string module = py::str(py::type::handle_of(other).attr("__module__")).cast<std::string>();
+    if (module != "numpy" && !py::isinstance<py::list>(other) && !py::isinstance<py::tuple>(other)) {
+      return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+    }
+  }
+  py::object me = py::cast(self);
+  return py::cast(reflected ? elementwise(fn, op, other, me) : elementwise(fn, op, me, other));
+}
+
+Tensor py_matmul(const py::object& a, const py::object& b) {
+  const Tensor& x = tensor_operand(a, "matmul", "a");
+  const Tensor& y = tensor_operand(b, "matmul", "b");
+  sync_current_streams();
+  return eventide::matmul(x, y);
 }
 Tensor py_cast(const Tensor& t, const py::object& dtype) {
   if (dtype.is_none()) throw InvalidArgument("cast: dtype must be a dtype, got None");
@@ -152,7 +243,11 @@ void wait_tensor(const Tensor& t) { (void)wait_tensor_for(t, std::nullopt); }
 
 void bind_tensors(py::module_& m) {
   // --- Tensors ---
-  py::class_<Tensor>(m, "Tensor", "A dense array on a device; ops on it are asynchronous.")
+  py::class_<Tensor> tensor_class(m, "Tensor", "A dense array on a device; ops on it are asynchronous.");
+  // NumPy's operators defer to ours (np.float32(2) * t, array + t: our reflected forms), as
+  // they do to torch's tensors, instead of turning the tensor into an array.
+  tensor_class.attr("__array_priority__") = 1000;
+  tensor_class
       .def_property_readonly("shape", [](const Tensor& t) { return to_tuple(t.shape()); },
                              "The extents, a tuple of ints.")
       .def_property_readonly("dtype", &Tensor::dtype, "The element type (eventide.float32, ...).")
@@ -208,9 +303,53 @@ void bind_tensors(py::module_& m) {
            "A copy with the elements converted to `dtype` (between float32, float64, float16 and "
            "bfloat16, rounded to nearest even), on the tensor's device, asynchronous: e.g. "
            "t.astype(ev.float32).numpy() for a bfloat16 tensor.")
-      .def("__matmul__", &py_matmul, "other"_a)
-      .def("__add__", &py_add, "other"_a)
-      .def("__mul__", &py_mul, "other"_a)
+      .def("cpu", [](const Tensor& t) {
+             sync_current_streams();
+             return t.to(Device::cpu());
+           },
+           "A copy on the cpu (the same tensor if it is there), asynchronous: t.to('cpu').")
+      .def("cuda", [](const Tensor& t, const py::object& device) {
+             sync_current_streams();
+             py::object spec = device.is_none() ? py::str("cuda:0")
+                               : PyLong_Check(device.ptr()) ? py::str("cuda:" + py::str(device).cast<std::string>())
+                                                            : device;
+             return t.to(device_or_default(spec));
+           },
+           "device"_a = py::none(),
+           "A copy on a GPU (cuda:0, or `device`: an index or a device), asynchronous.")
+      .def("__matmul__", [](const Tensor& self, const py::object& other) -> py::object {
+             if (!py::isinstance<Tensor>(other)) {
+               const std::string module = py::str(py::type::handle_of(other).attr("__module__")).cast<std::string>();
+               if (module != "numpy" && !py::isinstance<py::list>(other)) {
+                 return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+               }
+             }
+             return py::cast(py_matmul(py::cast(self), other));
+           }, "other"_a)
+      .def("__add__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::add, "add", t, o, false); }, "other"_a)
+      .def("__radd__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::add, "add", t, o, true); }, "other"_a)
+      .def("__sub__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::sub, "sub", t, o, false); }, "other"_a)
+      .def("__rsub__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::sub, "sub", t, o, true); }, "other"_a)
+      .def("__mul__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::mul, "mul", t, o, false); }, "other"_a)
+      .def("__rmul__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::mul, "mul", t, o, true); }, "other"_a)
+      .def("__truediv__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::div, "div", t, o, false); }, "other"_a)
+      .def("__rtruediv__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::div, "div", t, o, true); }, "other"_a)
+      .def("__neg__", [](const Tensor& t) { return elementwise(&eventide::mul, "neg", py::cast(t), py::int_(-1)); })
+      .def("__getitem__", [](const Tensor& t, const py::object&) -> py::object {
+             throw py::type_error("eventide.Tensor cannot be indexed or sliced: its ops are whole-tensor "
+                                  "(+, -, *, /, @, astype, to, cpu); index a NumPy view of it, t.numpy()[...] "
+                                  "(waits for the tensor), or share it with PyTorch, torch.from_dlpack(t)");
+           })
+      .def("__getattr__", [](const Tensor& t, const std::string& name) -> py::object {
+             (void)t;
+             throw py::attribute_error(
+                 "'eventide.Tensor' object has no attribute '" + name +
+                 "'. A tensor has: shape, dtype, device, ndim, nbytes, numel(), ready, error, wait(), "
+                 "add_completion_callback(), to(), cpu(), cuda(), astype(), numpy(), tolist(), "
+                 "__dlpack__(); operators +, -, *, / (with tensors or numbers), @ and unary -. "
+                 "Reductions, indexing and reshapes are not eventide ops: use t.numpy() or "
+                 "torch.from_dlpack(t)");
+           })
       .def("__repr__", &tensor_repr);
 
   auto creation = [&m](const char* name, Tensor (*fn)(Shape, DType, Device), const char* doc) {
@@ -228,6 +367,11 @@ void bind_tensors(py::module_& m) {
   creation("randn", &eventide::randn, "Standard normal random numbers.");
   m.def("full",
         [](const py::object& shape, double value, const py::object& dtype, const py::object& device) {
+          if (PyLong_Check(dtype.ptr()) || PyFloat_Check(dtype.ptr())) {
+            throw InvalidArgument("full: the dtype is " + py::repr(dtype).cast<std::string>() +
+                                  ", a number: full takes the shape as one argument, then the value: "
+                                  "ev.full((2, 2), 3.0), not ev.full(2, 2, 3.0)");
+          }
           sync_current_streams();
           return eventide::full(to_shape(py::make_tuple(shape), "full"), value, to_dtype(dtype),
                                 device_or_default(device));
@@ -240,8 +384,14 @@ void bind_tensors(py::module_& m) {
         "alive), else a copy.");
   m.def("from_dlpack", &from_dlpack, "x"_a, "A tensor sharing the memory of a DLPack producer.");
   m.def("matmul", &py_matmul, "a"_a, "b"_a, "a @ b; asynchronous, on the current stream.");
-  m.def("add", &py_add, "a"_a, "b"_a, "a + b, elementwise.");
-  m.def("mul", &py_mul, "a"_a, "b"_a, "a * b, elementwise.");
+  auto elementwise_fn = [&m](const char* name, BinaryFn fn, const char* doc) {
+    m.def(name, [fn, name](const py::object& a, const py::object& b) { return elementwise(fn, name, a, b); },
+          "a"_a, "b"_a, doc);
+  };
+  elementwise_fn("add", &eventide::add, "a + b, elementwise (tensors of one shape, dtype and device, or a tensor and a number).");
+  elementwise_fn("sub", &eventide::sub, "a - b, elementwise (as add).");
+  elementwise_fn("mul", &eventide::mul, "a * b, elementwise (as add).");
+  elementwise_fn("div", &eventide::div, "a / b, elementwise true division, of floating tensors (as add).");
   m.def("cast", &py_cast, "tensor"_a, "dtype"_a,
         "tensor.astype(dtype): a copy converted to a floating dtype, on the tensor's device.");
   m.def("manual_seed", [](std::uint64_t seed, const py::object& device) {

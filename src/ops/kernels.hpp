@@ -20,7 +20,9 @@ namespace eventide::ops {
 using detail::StreamState;
 using detail::TensorState;
 
-enum class BinaryOp { add, mul };
+// Elementwise a op b; div is for floating dtypes only (the ops layer refuses integers: true
+// division of integers has no integer result).
+enum class BinaryOp { add, sub, mul, div };
 enum class RandomKind { uniform, normal };
 
 const char* name(BinaryOp op) noexcept;

@@ -11,7 +11,15 @@
 namespace eventide {
 
 namespace ops {
-const char* name(BinaryOp op) noexcept { return op == BinaryOp::add ? "add" : "mul"; }
+const char* name(BinaryOp op) noexcept {
+  switch (op) {
+    case BinaryOp::add: return "add";
+    case BinaryOp::sub: return "sub";
+    case BinaryOp::mul: return "mul";
+    case BinaryOp::div: return "div";
+  }
+  return "?";
+}
 
 void Kernels::cast(StreamState& s, TensorState& src, TensorState& out) {
   (void)out;
@@ -226,6 +234,12 @@ Tensor binary(ops::BinaryOp op, const Tensor& a, const Tensor& b) {
     throw InvalidArgument(std::string(name) + ": shapes " + to_string(x.shape) + " and " +
                           to_string(y.shape) + " differ");
   }
+  if (op == ops::BinaryOp::div && !is_floating(x.dtype)) {
+    throw InvalidArgument(std::string("div: true division of ") + std::string(eventide::name(x.dtype)) +
+                          " tensors has no " + std::string(eventide::name(x.dtype)) +
+                          " result, and eventide does not promote dtypes; make the tensors floating "
+                          "(e.g. from data of dtype f32)");
+  }
   Target t = target(x.device);
   auto result = new_tensor(t, x.shape, x.dtype);
   t.ctx.backend().kernels().binary(*t.stream, op, x, y, *result);
@@ -234,7 +248,9 @@ Tensor binary(ops::BinaryOp op, const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::sub, a, b); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::div, a, b); }
 
 Tensor cast(const Tensor& t, DType dtype) {
   TensorState& x = check_defined(t, "cast", "the tensor");

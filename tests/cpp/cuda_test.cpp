@@ -131,13 +131,21 @@ TEST(CudaTest, ElementwiseOpsForEveryDtype) {
     auto tx = ev::from_host(x.data(), {2}, kGpu), ty = ev::from_host(y.data(), {2}, kGpu);
     EXPECT_EQ((tx + ty).to_vector<float>(), (std::vector<float>{3.5f, 2.0f}));
     EXPECT_EQ((tx * ty).to_vector<float>(), (std::vector<float>{3.0f, -8.0f}));
+    EXPECT_EQ((tx - ty).to_vector<float>(), (std::vector<float>{-0.5f, -6.0f}));
+    EXPECT_EQ((tx / ty).to_vector<float>(), (std::vector<float>{0.75f, -0.5f}));
+    EXPECT_EQ(ev::sub(ta, tb).to_vector<std::int64_t>(), (std::vector<std::int64_t>{-9, -18, -27, INT64_MAX - 1}));
+    EXPECT_THROW(ev::div(ta, tb), ev::InvalidArgument);  // integers: no true division
     // f16 and bf16 compute on the GPU; read back through the CPU as raw bits.
     for (ev::DType dt : {ev::DType::f16, ev::DType::bf16}) {
       auto h = ev::add(ev::full({8}, 1.5, dt, kGpu), ev::full({8}, 2.0, dt, kGpu)).to(ev::Device::cpu());
+      auto q = ev::div(ev::full({8}, 1.5, dt, kGpu), ev::full({8}, 2.0, dt, kGpu)).to(ev::Device::cpu());
       h.wait();
+      q.wait();
       const auto* bits = static_cast<const std::uint16_t*>(h.data_ptr());
       std::uint16_t want = dt == ev::DType::f16 ? 0x4300 : 0x4060;  // 3.5
       EXPECT_EQ(bits[0], want) << ev::name(dt);
+      const auto* qbits = static_cast<const std::uint16_t*>(q.data_ptr());
+      EXPECT_EQ(qbits[0], dt == ev::DType::f16 ? 0x3A00 : 0x3F40) << ev::name(dt);  // 0.75
     }
   });
 }

@@ -132,24 +132,44 @@ void check_binary(const std::vector<T>& a, const std::vector<T>& b) {
   std::vector<T> prod = ev::mul(ta, tb).to_vector<T>();
   std::vector<T> sum_op = (ta + tb).to_vector<T>();
   std::vector<T> prod_op = (ta * tb).to_vector<T>();
+  std::vector<T> diff = ev::sub(ta, tb).to_vector<T>();
+  std::vector<T> diff_op = (ta - tb).to_vector<T>();
+  std::vector<T> quot, quot_op;
+  if constexpr (!std::is_integral_v<T>) {
+    quot = ev::div(ta, tb).to_vector<T>();
+    quot_op = (ta / tb).to_vector<T>();
+  } else {
+    EXPECT_THROW_MSG(ev::div(ta, tb), ev::InvalidArgument, "true division");
+  }
   for (std::size_t i = 0; i < a.size(); ++i) {
-    T want_sum, want_prod;
+    T want_sum, want_prod, want_diff;
     if constexpr (std::is_integral_v<T>) {
       using U = std::make_unsigned_t<T>;
       want_sum = static_cast<T>(static_cast<U>(static_cast<U>(a[i]) + static_cast<U>(b[i])));
       want_prod = static_cast<T>(static_cast<U>(static_cast<U>(a[i]) * static_cast<U>(b[i])));
+      want_diff = static_cast<T>(static_cast<U>(static_cast<U>(a[i]) - static_cast<U>(b[i])));
     } else {
       want_sum = a[i] + b[i];
       want_prod = a[i] * b[i];
+      want_diff = a[i] - b[i];
+      const T want_quot = a[i] / b[i];
+      if (std::isnan(want_quot)) {
+        EXPECT_TRUE(std::isnan(quot[i]) && std::isnan(quot_op[i])) << "div, element " << i;
+      } else {
+        EXPECT_EQ(quot[i], want_quot) << "div, element " << i;
+        EXPECT_EQ(quot_op[i], want_quot);
+      }
     }
     EXPECT_EQ(sum[i], want_sum) << "add, element " << i;
     EXPECT_EQ(prod[i], want_prod) << "mul, element " << i;
+    EXPECT_EQ(diff[i], want_diff) << "sub, element " << i;
     EXPECT_EQ(sum_op[i], want_sum);
     EXPECT_EQ(prod_op[i], want_prod);
+    EXPECT_EQ(diff_op[i], want_diff);
   }
 }
 
-TEST(TensorTest, AddAndMulMatchTheReferenceForEveryNumericDtype) {
+TEST(TensorTest, ElementwiseOpsMatchTheReferenceForEveryNumericDtype) {
   run_with_deadline([] {
     check_binary<float>({1.5f, -2.0f, 0.0f, 3.25f, 1e30f}, {2.0f, 0.5f, -0.0f, -3.25f, 1e10f});
     check_binary<double>({1.5, -2.0, 1e300, 0.1}, {2.0, 0.5, 1e10, 0.2});

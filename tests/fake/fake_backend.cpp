@@ -329,12 +329,14 @@ class FakeKernels final : public eventide::ops::Kernels {
     if (out.dtype != ev::DType::f32) unsupported("arithmetic on a non-f32 tensor");
     Ref<detail::Storage> ma = a.storage, mb = b.storage, mo = out.storage;
     const std::int64_t n = out.numel;
-    const bool add = op == eventide::ops::BinaryOp::add;
     s.launch(eventide::ops::name(op), {&a, &b}, {&out}, [=] {
       auto* pa = static_cast<const float*>(ma->data());
       auto* pb = static_cast<const float*>(mb->data());
       auto* po = static_cast<float*>(mo->data());
-      for (std::int64_t i = 0; i < n; ++i) po[i] = add ? pa[i] + pb[i] : pa[i] * pb[i];
+      using Op = eventide::ops::BinaryOp;
+      for (std::int64_t i = 0; i < n; ++i) {
+        po[i] = op == Op::add ? pa[i] + pb[i] : op == Op::sub ? pa[i] - pb[i] : op == Op::mul ? pa[i] * pb[i] : pa[i] / pb[i];
+      }
     });
   }
   void matmul(StreamState&, TensorState&, TensorState&, TensorState&) override { unsupported("matmul"); }

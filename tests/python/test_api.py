@@ -175,6 +175,63 @@ class TestOps:
         x = ev.tensor([1, 2, 3])
         assert (x + x).tolist() == [2, 4, 6]
         assert (x * x).tolist() == [1, 4, 9]
+        assert (x - x * x).tolist() == [0, -2, -6]
+
+    # Issue 27: what a PyTorch or NumPy user tries first on a tensor.
+    @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+    def test_sub_div_and_numbers_match_numpy(self, dtype):
+        x_np = np.array([1.5, -2.0, 3.25, 0.5], dtype=dtype)
+        y_np = np.array([2.0, 0.25, -1.0, 4.0], dtype=dtype)
+        x, y = ev.tensor(x_np), ev.tensor(y_np)
+        cases = {
+            "x - y": (x - y, x_np - y_np), "x / y": (x / y, x_np / y_np),
+            "ev.sub": (ev.sub(x, y), x_np - y_np), "ev.div": (ev.div(x, y), x_np / y_np),
+            "x + 1.0": (x + 1.0, x_np + dtype(1.0)), "x * 2": (x * 2, x_np * dtype(2)),
+            "2 * x": (2 * x, dtype(2) * x_np), "1 - x": (1 - x, dtype(1) - x_np),
+            "x / 2": (x / 2, x_np / dtype(2)), "2 / x": (2 / x, dtype(2) / x_np),
+            "-x": (-x, -x_np), "x - 0.5": (x - 0.5, x_np - dtype(0.5)),
+            "np.float32(3) * x": (np.float32(3) * x, dtype(3) * x_np),
+            "ev.add(x, 1)": (ev.add(x, 1), x_np + dtype(1)),
+        }
+        for what, (got, want) in cases.items():
+            assert isinstance(got, ev.Tensor), what
+            assert got.dtype == x.dtype, what
+            np.testing.assert_array_equal(got.numpy(), want, err_msg=what)
+
+    def test_numbers_with_integer_tensors_are_exact_or_refused(self):
+        i = ev.tensor([1, 2, 3])
+        assert (i + 2).tolist() == [3, 4, 5] and (10 - i).tolist() == [9, 8, 7]
+        assert (i * 2.0).tolist() == [2, 4, 6]  # a whole float is exact
+        with pytest.raises(ev.InvalidArgumentError, match="1.5 is not a whole number.*does not promote"):
+            i + 1.5
+        with pytest.raises(ev.InvalidArgumentError, match="true division of int64"):
+            i / i
+        with pytest.raises(ev.InvalidArgumentError, match="does not fit in the tensor's int32"):
+            ev.tensor([1, 2], dtype=ev.int32) + 2 ** 40
+        with pytest.raises(ev.InvalidArgumentError, match="does not fit"):
+            i * 2 ** 60
+
+    def test_cpu_and_to(self):
+        t = ev.tensor([1.0, 2.0])
+        assert t.cpu().device == ev.Device("cpu") and t.cpu().tolist() == [1.0, 2.0]
+        assert t.to("cpu").tolist() == [1.0, 2.0]
+
+    def test_what_a_tensor_lacks_is_named_with_what_it_has(self):
+        t = ev.ones(2, 2)
+        for attempt in (lambda: t.sum(), lambda: t.T, lambda: t.reshape(4)):
+            with pytest.raises(AttributeError, match=r"has no attribute .*A tensor has: shape.*t\.numpy\(\)"):
+                attempt()
+        with pytest.raises(TypeError, match=r"cannot be indexed.*t\.numpy\(\)\[\.\.\.\]"):
+            t[0]
+        assert not hasattr(t, "__cuda_array_interface__")  # hasattr still says no, quietly
+        with pytest.raises(TypeError, match=r"a is a numpy.ndarray.*ev\.tensor\(a\).*ev\.from_numpy\(a\)"):
+            ev.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32))
+        with pytest.raises(TypeError, match=r"ev\.tensor"):
+            t + np.ones((2, 2))
+        with pytest.raises(TypeError, match=r"ev\.tensor"):
+            np.ones((2, 2)) + t  # NumPy defers to the tensor's reflected operator
+        with pytest.raises(ev.InvalidArgumentError, match=r"ev\.full\(\(2, 2\), 3\.0\)"):
+            ev.full(2, 2, 3.0)
 
     def test_ops_are_asynchronous(self, gate: Gate):
         # Rule: every op returns at once and runs in order on the current stream.
@@ -791,6 +848,16 @@ def test_await_event():
         return e.completed
 
     assert call_with_timeout(lambda: asyncio.run(main())) is True
+
+
+def test_awaiting_an_empty_event_says_so():
+    import asyncio
+
+    async def main():
+        await ev.Event()
+
+    with pytest.raises(ev.EventStateError, match=r"await: .* is empty \(never recorded\).*record work"):
+        call_with_timeout(lambda: asyncio.run(main()))
 
 
 # --- s = ev.Stream("cuda:0"); s.wait_event(e); s.wait(e), s.wait_stream(s2),

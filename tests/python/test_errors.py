@@ -86,12 +86,15 @@ def test_operators_mismatch():
 
 
 def test_operators_with_non_tensors_are_type_errors():
-    with pytest.raises(TypeError):
-        ev.rand(2) + 1
-    with pytest.raises(TypeError):
+    # Numbers are operands of the elementwise ops (test_api.py); other objects are not.
+    with pytest.raises(TypeError, match="unsupported operand"):
+        ev.rand(2) + "1"
+    with pytest.raises(TypeError, match=r"ev.tensor\(b\).*ev.from_numpy\(b\)"):
         ev.rand(2, 2) @ np.ones((2, 2))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="b is a int, not an eventide.Tensor"):
         ev.matmul(ev.rand(2, 2), 3)
+    with pytest.raises(TypeError, match=r"a is a numpy.ndarray.*ev.tensor\(a\)"):
+        ev.matmul(np.ones((2, 2)), np.ones((2, 2)))
 
 
 @pytest.mark.parametrize("dt", [ev.int32, ev.int64, ev.float16])

@@ -38,25 +38,38 @@ void dispatch_numeric(const char* op, DType dtype, F&& f) {
   }
 }
 
-// Integer arithmetic wraps (as on GPUs and in NumPy), without signed-overflow UB.
-template <class T>
-T apply(BinaryOp op, T a, T b) {
+// Integer arithmetic wraps (as on GPUs and in NumPy), without signed-overflow UB. Division
+// is of floating types only (ops layer).
+template <BinaryOp Op, class T>
+T apply(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;
-    U r = op == BinaryOp::add ? static_cast<U>(static_cast<U>(a) + static_cast<U>(b))
-                              : static_cast<U>(static_cast<U>(a) * static_cast<U>(b));
-    return static_cast<T>(r);
+    const U x = static_cast<U>(a), y = static_cast<U>(b);
+    if constexpr (Op == BinaryOp::add) return static_cast<T>(static_cast<U>(x + y));
+    if constexpr (Op == BinaryOp::sub) return static_cast<T>(static_cast<U>(x - y));
+    if constexpr (Op == BinaryOp::mul) return static_cast<T>(static_cast<U>(x * y));
+    return T{};  // (div: refused before)
   } else {
-    return op == BinaryOp::add ? a + b : a * b;
+    if constexpr (Op == BinaryOp::add) return a + b;
+    if constexpr (Op == BinaryOp::sub) return a - b;
+    if constexpr (Op == BinaryOp::mul) return a * b;
+    return a / b;
   }
+}
+
+// One loop per op, so that each vectorizes.
+template <BinaryOp Op, class T>
+void binary_loop_of(const T* a, const T* b, T* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = apply<Op>(a[i], b[i]);
 }
 
 template <class T>
 void binary_loop(BinaryOp op, const T* a, const T* b, T* out, std::int64_t n) {
-  if (op == BinaryOp::add) {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = apply(BinaryOp::add, a[i], b[i]);
-  } else {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = apply(BinaryOp::mul, a[i], b[i]);
+  switch (op) {
+    case BinaryOp::add: return binary_loop_of<BinaryOp::add>(a, b, out, n);
+    case BinaryOp::sub: return binary_loop_of<BinaryOp::sub>(a, b, out, n);
+    case BinaryOp::mul: return binary_loop_of<BinaryOp::mul>(a, b, out, n);
+    case BinaryOp::div: return binary_loop_of<BinaryOp::div>(a, b, out, n);
   }
 }
 

@@ -90,24 +90,33 @@ __global__ void fill_kernel(T* out, std::int64_t n, T value) {
 
 // Integers wrap around (as on the CPU) through unsigned arithmetic; half types compute in f32.
 template <class T>
-__device__ T apply(bool add, T a, T b) {
+__device__ T arith(BinaryKind kind, T a, T b) {
+  switch (kind) {
+    case BinaryKind::add: return a + b;
+    case BinaryKind::sub: return a - b;
+    case BinaryKind::mul: return a * b;
+    default: return a / b;
+  }
+}
+
+// (Division is of floating types only: the ops layer refuses integers.)
+template <class T>
+__device__ T apply(BinaryKind kind, T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;
-    return static_cast<T>(add ? static_cast<U>(a) + static_cast<U>(b)
-                              : static_cast<U>(a) * static_cast<U>(b));
+    return kind == BinaryKind::div ? T{} : static_cast<T>(arith<U>(kind, static_cast<U>(a), static_cast<U>(b)));
   } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    return add ? a + b : a * b;
+    return arith(kind, a, b);
   } else {
-    float x = to_float(a), y = to_float(b);
-    return from_float<T>(add ? x + y : x * y);
+    return from_float<T>(arith(kind, to_float(a), to_float(b)));
   }
 }
 
 template <class T>
-__global__ void binary_kernel(bool add, const T* a, const T* b, T* out, std::int64_t n) {
+__global__ void binary_kernel(BinaryKind kind, const T* a, const T* b, T* out, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::int64_t{gridDim.x} * blockDim.x) {
-    out[i] = apply(add, a[i], b[i]);
+    out[i] = apply(kind, a[i], b[i]);
   }
 }
 
@@ -227,12 +236,11 @@ void fill(void* out, std::int64_t n, DType dtype, double value, cudaStream_t str
 void binary(BinaryKind kind, const void* a, const void* b, void* out, std::int64_t n, DType dtype,
             cudaStream_t stream) {
   if (n == 0) return;
-  const bool add = kind == BinaryKind::add;
-  const char* op = add ? "add" : "mul";
+  const char* op = kind == BinaryKind::add ? "add" : kind == BinaryKind::sub ? "sub" : kind == BinaryKind::mul ? "mul" : "div";
   by_dtype(dtype, op, [&](auto zero) {
     using T = decltype(zero);
     binary_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        add, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n);
+        kind, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n);
   });
   check_launch(op);
 }

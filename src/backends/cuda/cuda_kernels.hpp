@@ -11,8 +11,8 @@
 
 namespace eventide::backends::cuda::kernels {
 
-// What binary() computes, elementwise: a + b or a * b.
-enum class BinaryKind { add, mul };
+// What binary() computes, elementwise: a + b, a - b, a * b or a / b (floating dtypes).
+enum class BinaryKind { add, sub, mul, div };
 // What random() draws: uniform in [0, 1), or standard normal.
 enum class Distribution { uniform, normal };
 

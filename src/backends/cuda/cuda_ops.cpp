@@ -21,6 +21,16 @@ using detail::Callback;
 using detail::StreamState;
 using detail::TensorState;
 
+kernels::BinaryKind kind_of(ops::BinaryOp op) noexcept {
+  switch (op) {
+    case ops::BinaryOp::add: return kernels::BinaryKind::add;
+    case ops::BinaryOp::sub: return kernels::BinaryKind::sub;
+    case ops::BinaryOp::mul: return kernels::BinaryKind::mul;
+    case ops::BinaryOp::div: return kernels::BinaryKind::div;
+  }
+  return kernels::BinaryKind::add;
+}
+
 [[noreturn]] void unsupported(const char* op, DType dtype, const char* supported) {
   throw InvalidArgument(std::string(op) + " does not support " + std::string(name(dtype)) +
                         " on cuda (supported: " + supported + ")");
@@ -66,8 +76,7 @@ class CudaKernels final : public ops::Kernels {
     cudaStream_t stream = as_cuda_stream(s).handle();
     s.launch(ops::name(op), {&a, &b}, {&out},
              [=] {
-               kernels::binary(op == ops::BinaryOp::add ? kernels::BinaryKind::add : kernels::BinaryKind::mul,
-                               ma->data(), mb->data(), mo->data(), n, dtype, stream);
+               kernels::binary(kind_of(op), ma->data(), mb->data(), mo->data(), n, dtype, stream);
              });
   }
 
