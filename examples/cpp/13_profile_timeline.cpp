@@ -32,7 +32,9 @@ int main(int argc, char** argv) {
   ev::Profile p = profiler.stop();  // ...to here, once the recorded work's times are known
 
   p.export_chrome_trace(dir + "/trace.json");  // https://ui.perfetto.dev, chrome://tracing
-  p.export_timeline(dir + "/timeline.html");    // a browser
+  p.export_timeline(dir + "/timeline.html",     // a browser
+                    {.title = "Two matmuls on two streams",
+                     .note = "They run at the same time; one event waits for both."});
   std::printf("%s\n", p.str().c_str());
   int matmuls = 0;
   for (const ev::ProfiledOp& op : p.ops()) {

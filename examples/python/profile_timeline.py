@@ -24,7 +24,8 @@ with ev.profile() as prof:
 trace = os.path.join(out_dir, "trace.json")
 page = os.path.join(out_dir, "timeline.html")
 prof.export_chrome_trace(trace)   # open in https://ui.perfetto.dev or chrome://tracing
-prof.export_timeline(page)        # open in a browser
+prof.export_timeline(page, title="Two matmuls on two streams",  # open in a browser
+                     note="They run at the same time; the host waits for both.")
 print(prof)
 for op in prof.ops:
     print(f"  {op['name']:<8} on {op['stream']:<14} {op['detail']:<40} {op['duration_us']:9.1f} us")

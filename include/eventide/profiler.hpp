@@ -7,7 +7,8 @@
 //     ev::Event e; e.record(out); e.wait();
 //     ev::Profile p = profiler.stop();    // ...to here (waits for the recorded work's times)
 //     p.export_chrome_trace("trace.json");
-//     p.export_timeline("timeline.html");
+//     p.export_timeline("timeline.html", {.title = "One matmul",
+//                                         .note = "The host waits (grey) until the matmul ends."});
 //   }
 //
 // What is recorded: every op enqueued while the profiler runs (name, stream, device, the
@@ -129,6 +130,14 @@ void set_process_label(ProcessLabel label);
 // The label set last (a default ProcessLabel if none was).
 ProcessLabel process_label();
 
+// What a timeline page says about itself, above the picture: a title (its heading and the
+// browser tab's; empty: "eventide timeline") and a note under it, a sentence of what to look
+// at (empty: none). Both are plain text (the page escapes them).
+struct TimelineOptions {
+  std::string title;
+  std::string note;
+};
+
 class Profile {
  public:
   Profile() = default;
@@ -162,11 +171,19 @@ class Profile {
   std::string chrome_trace() const;
   void export_chrome_trace(const std::string& path) const;
   // A self-contained HTML page with the timeline drawn on a canvas by the page's own script:
-  // streams as rows, ops as bars, arrows for waits, user ranges as bars on their thread's rows
+  // the options' title and note, then streams as rows, ops as bars (each op name in the same
+  // colour on every page, the name and duration written on every bar wide enough), arrows for
+  // dependencies (from what held each bar back; all of a bar's own when the pointer is on it,
+  // every one, faint under the bars, when asked), user ranges as bars on their thread's rows
   // (a row per nesting depth), all times in one unit (µs, or ms for a profile over 10 ms); the
-  // wheel zooms, a drag pans, hovering a bar shows its details.
+  // wheel zooms, a drag pans, hovering a bar shows its details. Its header counts ops as ops() does
+  // (waits and markers included, and says how many of each). Without options: no note, the
+  // title "eventide timeline" (overloads rather than a default argument: programs built
+  // against the one-argument forms keep running with this library).
   std::string timeline_html() const;
+  std::string timeline_html(const TimelineOptions& options) const;
   void export_timeline(const std::string& path) const;
+  void export_timeline(const std::string& path, const TimelineOptions& options) const;
 
  private:
   friend class detail::ProfilerState;

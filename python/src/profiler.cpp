@@ -88,6 +88,19 @@ std::string to_path(const py::object& path) {
   return py::str(py::module_::import("os").attr("fspath")(path)).cast<std::string>();
 }
 
+// The page's title and note: each a str, or None for none.
+TimelineOptions timeline_options(const char* where, const py::object& title, const py::object& note) {
+  auto text = [where](const char* name, const py::object& v) {
+    if (v.is_none()) return std::string();
+    if (!py::isinstance<py::str>(v)) {
+      throw py::type_error(std::string(where) + ": " + name + " must be a str or None, got " +
+                           py::repr(v).cast<std::string>());
+    }
+    return v.cast<std::string>();
+  };
+  return TimelineOptions{text("title", title), text("note", note)};
+}
+
 // A ProcessLabel as Python sees it: None for what is not known.
 py::dict label_dict(const ProcessLabel& l) {
   return py::dict("rank"_a = l.rank >= 0 ? py::object(py::int_(l.rank)) : py::none(),
@@ -155,15 +168,24 @@ void bind_profiler(py::module_& m) {
              p.export_chrome_trace(where);
            },
            "path"_a, "Write the Chrome trace (JSON) to `path`.")
-      .def("timeline_html", &Profile::timeline_html, py::call_guard<py::gil_scoped_release>(),
-           "A self-contained HTML page with the timeline (a canvas drawn by its own script: zoom, pan, tooltips).")
-      .def("export_timeline",
-           [](const Profile& p, const py::object& path) {
-             std::string where = to_path(path);
+      .def("timeline_html",
+           [](const Profile& p, const py::object& title, const py::object& note) {
+             TimelineOptions options = timeline_options("timeline_html", title, note);
              py::gil_scoped_release release;
-             p.export_timeline(where);
+             return p.timeline_html(options);
            },
-           "path"_a, "Write the timeline page (HTML) to `path`.")
+           "title"_a = py::none(), "note"_a = py::none(),
+           "A self-contained HTML page with the timeline (a canvas drawn by its own script: zoom, pan, "
+           "tooltips), headed by `title` and a `note` of what to look at (str, or None for none).")
+      .def("export_timeline",
+           [](const Profile& p, const py::object& path, const py::object& title, const py::object& note) {
+             std::string where = to_path(path);
+             TimelineOptions options = timeline_options("export_timeline", title, note);
+             py::gil_scoped_release release;
+             p.export_timeline(where, options);
+           },
+           "path"_a, "title"_a = py::none(), "note"_a = py::none(),
+           "Write the timeline page (HTML) to `path`, headed by `title` and a `note` of what to look at.")
       .def("__repr__", [](const Profile& p) { return "<eventide." + p.str().substr(1); });
 
   py::class_<OpenRange>(m, "_OpenRange",

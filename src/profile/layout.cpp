@@ -157,18 +157,45 @@ std::vector<Arrow> arrows(const Profile& profile, const Layout& layout) {
     if (it == layout.index_of.end()) return std::nullopt;
     return it->second;
   };
+  auto end_of = [&layout](std::size_t op) -> std::optional<std::int64_t> {
+    const std::optional<Span>& s = layout.spans[op];
+    return s ? std::optional<std::int64_t>(s->end_ns) : std::nullopt;
+  };
+  // Marks the arrows out[first...] into one target: held back by those that ended last, if
+  // later than `before` (the end of the op before the target on its stream, if any).
+  auto mark_held = [&](std::size_t first, std::optional<std::int64_t> before) {
+    std::optional<std::int64_t> last;
+    for (std::size_t k = first; k < out.size(); ++k) {
+      if (auto e = end_of(out[k].from)) last = std::max(last.value_or(*e), *e);
+    }
+    if (!last || (before && *last <= *before)) return;
+    for (std::size_t k = first; k < out.size(); ++k) out[k].held_back = end_of(out[k].from) == last;
+  };
+
   const auto& ops = profile.ops();
+  std::vector<std::optional<std::int64_t>> end_before(ops.size());  // of the op before, per op
+  for (const StreamTrack& track : layout.streams) {
+    std::optional<std::int64_t> previous;
+    for (std::size_t i : track.ops) {
+      end_before[i] = previous;
+      if (auto e = end_of(i)) previous = e;
+    }
+  }
   for (std::size_t i = 0; i < ops.size(); ++i) {
+    const std::size_t first = out.size();
     for (std::uint64_t id : ops[i].waits_for) {
       if (auto f = from(id)) out.push_back(Arrow{*f, Arrow::To::op, i, ops[i].is_wait});
     }
+    mark_held(first, end_before[i]);
   }
   const auto& waits = profile.host_waits();
   for (std::size_t h = 0; h < waits.size(); ++h) {
     if (!waits[h].finished) continue;
+    const std::size_t first = out.size();
     for (std::uint64_t id : waits[h].ops) {
       if (auto f = from(id)) out.push_back(Arrow{*f, Arrow::To::host_wait, h, true});
     }
+    mark_held(first, std::nullopt);
   }
   const auto& callbacks = profile.callbacks();
   for (std::size_t c = 0; c < callbacks.size(); ++c) {
@@ -177,7 +204,9 @@ std::vector<Arrow> arrows(const Profile& profile, const Layout& layout) {
       if (r.event == callbacks[c].event && r.op != 0 && r.at_us <= callbacks[c].start_us) last = &r;
     }
     if (!last) continue;
+    const std::size_t first = out.size();
     if (auto f = from(last->op)) out.push_back(Arrow{*f, Arrow::To::callback, c, false});
+    mark_held(first, std::nullopt);
   }
   return out;
 }

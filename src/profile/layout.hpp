@@ -67,13 +67,21 @@ struct Arrow {
   To to = To::op;
   std::size_t index = 0;  // into ops(), host_waits() or callbacks(), as `to` says
   bool at_end = false;    // it enters its target at the end (a wait: when it was satisfied)
+  // Its op is what held the target back: of everything the target had to wait for (the ops
+  // its arrows come from and, for an op, the op before it on its stream) it ended last. An
+  // op reading inputs made long before, behind other work on its own stream, has arrows from
+  // them that held nothing back: the timeline page leaves those out until asked (then draws
+  // them faintly, under the bars), so that the dependencies of setup work (the inputs'
+  // randn) do not hide what each op really waited for.
+  bool held_back = false;
 };
 
 // The arrows, in this order: to each op (a wait, or an op reading a tensor of another stream)
 // from the ops it waited for; to each host wait that saw its ops end (one that timed out saw
 // nothing end: no arrow, it would point back in time); to each callback from the op of its
 // event's last record before it ran. Only ops of the profile; a picture skips the ops it
-// does not place.
+// does not place. `held_back` is decided on the layout's places: an arrow from an op without
+// a place holds nothing back, and one whose target has no place is never drawn.
 std::vector<Arrow> arrows(const Profile& profile, const Layout& layout);
 
 // Microseconds to the layout's nanoseconds (rounded).

@@ -1,5 +1,12 @@
 // Profile::timeline_html: one self-contained page (no script, font or style from elsewhere)
-// with the profile drawn on a canvas by a small script of its own, zoomable and pannable.
+// with the profile drawn on a canvas by a small script of its own (timeline_script.cpp),
+// zoomable and pannable.
+//
+// The page, top to bottom: its title (TimelineOptions::title, else "eventide timeline") and
+// note (a line of what to look at); a summary that counts ops as Profile::ops() does (so as
+// the CLI's "profile: N ops" and Python's len(prof.ops)), saying how many are waits and
+// markers; a legend (a swatch per op name, waits, the arrows); the controls; the canvas; a
+// table of totals per op name.
 //
 // The page holds the profile as compact data, not as one element per op (a page of 10,000
 // ops stays well under a megabyte and its bars stay apart when zoomed in):
@@ -14,7 +21,8 @@
 //                  bottom
 //     "bars":      [lane, kind, colour, label, start_ns, dur_ns, id, seq, detail, error, flags]
 //                  (label, detail, error: indices into texts, -1 for none; flags: kFailed...)
-//     "arrows":    [from bar, to bar, enters at its end (0/1), to the host (0/1)]
+//     "arrows":    [from bar, to bar, enters at its end (0/1), to the host (0/1),
+//                   held its target back (0/1): layout.hpp's Arrow::held_back]
 //   }
 //
 // A lane is a row of bars; its kind says what it holds. A lane of a new kind is a new entry in
@@ -24,29 +32,30 @@
 //   rows     a lane per stream (grouped by device), then one per host thread that waited and
 //            per callback thread, then one per user-range lane (layout.hpp's RangeLane: a
 //            thread's ranges at one nesting depth);
-//   bars     ops at their times (a colour per op name, the name and duration written on them
-//            where they fit), waits hatched, host waits, callbacks and user ranges (their
-//            name on them); bars narrower than a
-//            pixel are drawn merged into one per pixel run (the tooltip says how many);
-//   arrows   from an op's end to what waited for it, with arrowheads;
-//   axis     above and below, in the page's unit, re-labelled as the view zooms and pans;
-//   tooltip  on hover, every figure of the bar, in the page's unit.
+//   bars     ops at their times (a colour per op name, kPalette's, the same on every page),
+//            waits hatched, markers as 2 px ticks, host waits, callbacks and user ranges; a
+//            bar's label is its name (the lane says the thread); the script writes on each
+//            bar what of its name and duration fits;
+//   arrows   from an op's end to what waited for it: what held an op back, over the bars;
+//            all of a bar's own when the pointer is on it; the rest faint under the bars
+//            when "every dependency" is ticked.
 //
 // Zoom: the mouse wheel (around the pointer), the + and − buttons or keys; pan: drag, or the
-// arrow keys; "whole profile" resets. `window.eventideTimeline` lets a test or a console drive
-// the view (view, set_view, zoom, pan, reset) and read what was drawn (stats).
+// arrow keys; "whole profile" resets. timeline_script.cpp says what the script draws and what
+// `window.eventideTimeline` offers a test.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 
 #include "eventide/runtime.hpp"
 #include "profile/json.hpp"
 #include "profile/layout.hpp"
+#include "profile/timeline_script.hpp"
 
 namespace eventide {
 
@@ -66,14 +75,36 @@ constexpr int kMarker = 8;
 // The page's unit: µs for a profile drawn over less than this, ms beyond.
 constexpr double kMicrosecondsUpToNs = 10e6;
 
-// Distinct, colour-blind-friendly colours (Tableau 10 and two more); names beyond them get
-// golden-angle hues.
-constexpr std::array<const char*, 12> kPalette = {
-    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
-    "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#8cd17d"};
+// The ops' colours, colour-blind-friendly: Tableau 10's, then ten more of Tableau 20's (none of
+// its greys: no op should look like a host wait).
+constexpr std::array<const char*, 20> kPalette = {
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+    "#ff9da7", "#9c755f", "#a0cbe8", "#ffbe7d", "#8cd17d", "#b6992d", "#499894",
+    "#86bcb6", "#f1ce63", "#d37295", "#fabfd2", "#d4a6c8", "#9d7660"};
+// eventide's own op names, each with the colour of its place in kPalette, the commonest first:
+// no two of them ever share a colour.
+constexpr std::array<std::string_view, kPalette.size()> kOwnOps = {
+    "randn", "matmul", "add", "fill", "copy", "all_reduce", "mul",
+    "sub", "cast", "rand", "broadcast", "from_host", "empty", "all_gather",
+    "reduce_scatter", "barrier", "div", "send", "recv", "from_external"};
+constexpr const char* kMarkerColour = "#323f4b";
 constexpr const char* kHostWaitColour = "#aab4c0";
 constexpr const char* kCallbackColour = "#5b5f97";
 constexpr const char* kRangeColour = "#e8d9a8";
+
+// An op name's colour, the same on every page and every run (never the order the names came
+// in): eventide's own ops have theirs (kOwnOps); any other name (a user's enqueue) takes the
+// palette entry its FNV-1a hash picks, which may also be one of eventide's: the legend, the
+// label and the tooltip tell them apart.
+std::string op_colour(const std::string& name) {
+  if (name == "marker") return kMarkerColour;
+  for (std::size_t i = 0; i < kOwnOps.size(); ++i) {
+    if (kOwnOps[i] == name) return kPalette[i];
+  }
+  std::uint32_t h = 2166136261u;
+  for (unsigned char c : name) h = (h ^ c) * 16777619u;
+  return kPalette[h % kPalette.size()];
+}
 
 std::string escape(const std::string& s) {
   std::string out;
@@ -98,319 +129,10 @@ std::string json_string(const std::string& s) {
   return out;
 }
 
-std::string hsl_hex(double h, double s, double l) {
-  auto f = [&](double n) {
-    double k = std::fmod(n + h / 30.0, 12.0);
-    double a = s * std::min(l, 1 - l);
-    double v = l - a * std::max(-1.0, std::min({k - 3, 9 - k, 1.0}));
-    return static_cast<int>(std::lround(v * 255));
-  };
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", f(0), f(8), f(4));
-  return buf;
-}
-
-// The script that draws the page from its data. Written for this page; it needs nothing else.
-constexpr const char* kScript = R"JS(
-(function () {
-  'use strict';
-  var D = JSON.parse(document.getElementById('eventide-timeline-data').textContent);
-  var LABEL_W = 200, AXIS_H = 30, ROW_H = 36, BAR_H = 22, GAP = 10, RIGHT = 28;
-  var MIN_SPAN_NS = 20, MAX_ARROWS = 3000;
-  var unit = D.unit, per = D.ns_per_unit;
-  var host = document.getElementById('timeline');
-  var canvas = document.getElementById('timeline-canvas');
-  var tip = document.getElementById('timeline-tip');
-  var readout = document.getElementById('timeline-range');
-  var ctx = canvas.getContext('2d');
-
-  // Lanes: their tops, a gap between groups.
-  var y = AXIS_H + 6, lanes = D.lanes;
-  for (var i = 0; i < lanes.length; i++) {
-    if (i > 0 && lanes[i].group !== lanes[i - 1].group) y += GAP;
-    lanes[i].y = y;
-    lanes[i].bars = [];
-    y += ROW_H;
-  }
-  var height = y + 4 + AXIS_H;
-  var bars = D.bars.map(function (b, i) {
-    return {i: i, lane: b[0], kind: D.kinds[b[1]], colour: b[2], label: b[3] < 0 ? '' : D.texts[b[3]],
-            start: b[4], dur: b[5], id: b[6], seq: b[7], detail: b[8] < 0 ? '' : D.texts[b[8]],
-            error: b[9] < 0 ? '' : D.texts[b[9]], flags: b[10]};
-  });
-  bars.forEach(function (b) { lanes[b.lane].bars.push(b); });
-  lanes.forEach(function (l) { l.bars.sort(function (a, b) { return a.start - b.start; }); });
-
-  var full = {a: D.t0, b: Math.max(D.t1, D.t0 + MIN_SPAN_NS)};
-  var view = {a: full.a, b: full.b};
-  var width = 0, plotW = 0, drawn = [], stats = {};
-
-  function fmt(ns) {
-    var v = ns / per, a = Math.abs(v);
-    var d = a >= 1000 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3;
-    return v.toFixed(d);
-  }
-  function withUnit(ns) { return fmt(ns) + ' ' + unit; }
-  function x(ns) { return LABEL_W + (ns - view.a) / (view.b - view.a) * plotW; }
-  function t(px) { return view.a + (px - LABEL_W) / plotW * (view.b - view.a); }
-
-  var hatch = (function () {
-    var c = document.createElement('canvas');
-    c.width = c.height = 6;
-    var g = c.getContext('2d');
-    g.fillStyle = '#e4e7eb'; g.fillRect(0, 0, 6, 6);
-    g.strokeStyle = '#9aa5b1'; g.lineWidth = 2;
-    g.beginPath(); g.moveTo(-1, 7); g.lineTo(7, -1); g.moveTo(-1, 1); g.lineTo(1, -1);
-    g.moveTo(5, 7); g.lineTo(7, 5); g.stroke();
-    return ctx.createPattern(c, 'repeat');
-  })();
-  function fill(b) { return b.colour < 0 ? hatch : D.colours[b.colour]; }
-  function light(hex) {
-    if (typeof hex !== 'string') return true;
-    var r = parseInt(hex.substr(1, 2), 16), g = parseInt(hex.substr(3, 2), 16), bl = parseInt(hex.substr(5, 2), 16);
-    return 0.299 * r + 0.587 * g + 0.114 * bl > 150;
-  }
-
-  // Ticks of 1, 2 or 5 times a power of ten, about eight over the view.
-  function ticks() {
-    var raw = (view.b - view.a) / 8, m = Math.pow(10, Math.floor(Math.log10(raw))), r = raw / m;
-    var step = m * (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10);
-    var out = [];
-    for (var v = Math.ceil(view.a / step) * step; v <= view.b + step * 1e-9; v += step) out.push(v);
-    var digits = Math.max(0, -Math.floor(Math.log10(step / per) + 1e-9));
-    return out.map(function (v) { return {ns: v, text: (v / per).toFixed(digits) + ' ' + unit}; });
-  }
-
-  function resize() {
-    width = Math.max(600, Math.floor(host.clientWidth));
-    plotW = width - LABEL_W - RIGHT;
-    var dpr = window.devicePixelRatio || 1;
-    canvas.style.width = width + 'px';
-    canvas.style.height = height + 'px';
-    canvas.width = Math.round(width * dpr);
-    canvas.height = Math.round(height * dpr);
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    draw();
-  }
-
-  function draw() {
-    ctx.clearRect(0, 0, width, height);
-    ctx.font = '11px system-ui, sans-serif';
-    ctx.textBaseline = 'alphabetic';
-    lanes.forEach(function (l, i) {
-      ctx.fillStyle = i % 2 ? '#ffffff' : '#f4f6f8';
-      ctx.fillRect(0, l.y, width, ROW_H);
-      ctx.fillStyle = '#1f2933'; ctx.font = '600 13px system-ui, sans-serif'; ctx.textAlign = 'left';
-      ctx.fillText(l.title, 14, l.y + 16, LABEL_W - 20);
-      ctx.fillStyle = '#7b8794'; ctx.font = '11px system-ui, sans-serif';
-      ctx.fillText(l.sub, 14, l.y + 29, LABEL_W - 20);
-    });
-    var bottom = height - AXIS_H;
-    var tk = ticks();
-    ctx.textAlign = 'center';
-    tk.forEach(function (k) {
-      var px = Math.round(x(k.ns)) + 0.5;
-      ctx.strokeStyle = '#e4e7eb'; ctx.lineWidth = 1;
-      ctx.beginPath(); ctx.moveTo(px, AXIS_H - 4); ctx.lineTo(px, bottom + 4); ctx.stroke();
-      ctx.fillStyle = '#616e7c';
-      ctx.fillText(k.text, px, AXIS_H - 10);
-      ctx.fillText(k.text, px, bottom + 18);
-    });
-    ctx.strokeStyle = '#cbd2d9';
-    ctx.beginPath(); ctx.moveTo(LABEL_W - 0.5, AXIS_H); ctx.lineTo(LABEL_W - 0.5, bottom); ctx.stroke();
-
-    ctx.save();
-    ctx.beginPath(); ctx.rect(LABEL_W, 0, plotW + RIGHT, height); ctx.clip();
-    drawn = [];
-    var shown = 0, merged = 0, runs = 0, where = new Map();
-    lanes.forEach(function (l) {
-      var by = l.y + (ROW_H - BAR_H) / 2, run = null;
-      function flush() {
-        if (!run) return;
-        ctx.fillStyle = fill(run.best);
-        ctx.fillRect(run.x0, by, Math.max(1, run.x1 - run.x0), BAR_H);
-        drawn.push({x0: run.x0, x1: Math.max(run.x0 + 1, run.x1), lane: l, bars: run.bars});
-        run.bars.forEach(function (b) { where.set(b.i, {x0: run.x0, x1: Math.max(run.x0 + 1, run.x1), lane: l}); });
-        if (run.bars.length > 1) { merged += run.bars.length; runs++; }
-        run = null;
-      }
-      l.bars.forEach(function (b) {
-        if (b.start > view.b || b.start + b.dur < view.a) return;
-        shown++;
-        var x0 = x(b.start), x1 = x(b.start + b.dur);
-        if (x1 - x0 < 1 && !(b.flags & 8)) {
-          // Narrower than a pixel: merged with its neighbours into one mark per run.
-          if (run && x0 <= run.x1 + 1) {
-            run.x1 = Math.max(run.x1, x1);
-            run.bars.push(b);
-            if (b.dur > run.best.dur) run.best = b;
-          } else {
-            flush();
-            run = {x0: x0, x1: x1, bars: [b], best: b};
-          }
-          return;
-        }
-        flush();
-        if (b.flags & 8) { x1 = x0 + 2; }
-        var w = x1 - x0;
-        ctx.fillStyle = fill(b);
-        ctx.fillRect(x0, by, w, BAR_H);
-        ctx.lineWidth = b.flags & 1 ? 2 : 0.5;
-        ctx.strokeStyle = b.flags & 1 ? '#b3261e' : 'rgba(0,0,0,.25)';
-        if (w > 3) ctx.strokeRect(x0, by, w, BAR_H);
-        drawn.push({x0: x0, x1: x1, lane: l, bars: [b]});
-        where.set(b.i, {x0: x0, x1: x1, lane: l});
-        var dur = withUnit(b.dur), text = '';
-        var vx0 = Math.max(x0, LABEL_W), vx1 = Math.min(x1, LABEL_W + plotW), room = vx1 - vx0;
-        if (b.label && ctx.measureText(b.label + ' ' + dur).width + 10 <= room) text = b.label + ' ' + dur;
-        else if (ctx.measureText(dur).width + 8 <= room) text = dur;
-        if (text) {
-          ctx.fillStyle = light(fill(b)) ? '#1f2933' : '#ffffff';
-          ctx.fillText(text, (vx0 + vx1) / 2, by + BAR_H / 2 + 4);
-        }
-      });
-      flush();
-    });
-    var arrows = 0;
-    var wanted = D.arrows.filter(function (a) { return where.has(a[0]) || where.has(a[1]); });
-    if (wanted.length <= MAX_ARROWS) {
-      ctx.lineWidth = 1.2;
-      wanted.forEach(function (a) {
-        var from = where.get(a[0]) || box(a[0]), to = where.get(a[1]) || box(a[1]);
-        arrow(from, to, a[2], a[3]);
-        arrows++;
-      });
-    }
-    ctx.restore();
-    stats = {bars: bars.length, shown: shown, marks: drawn.length, merged: merged, merged_runs: runs,
-             arrows: arrows, arrows_hidden: wanted.length - arrows, ticks: tk.map(function (k) { return k.text; }),
-             unit: unit, view: api.view(), width: width, height: height};
-    readout.textContent = 'showing ' + withUnit(view.a) + ' to ' + withUnit(view.b) + ' (' + withUnit(view.b - view.a) +
-        ') of ' + withUnit(full.a) + ' to ' + withUnit(full.b) +
-        (merged ? ' · ' + merged + ' bars narrower than a pixel drawn merged' : '') +
-        (wanted.length > arrows ? ' · arrows hidden: zoom in to see them' : '');
-    document.body.dataset.drawn = String(drawn.length);
-  }
-
-  // Where a bar would be drawn (for an arrow whose other end is off the view).
-  function box(i) {
-    var b = bars[i];
-    return {x0: x(b.start), x1: x(b.start + b.dur), lane: lanes[b.lane]};
-  }
-
-  function arrow(a, b, atEnd, toHost) {
-    var x1 = a.x1, x2 = atEnd ? b.x1 : b.x0;
-    var down = b.lane.y >= a.lane.y;
-    var y1 = a.lane.y + (ROW_H - BAR_H) / 2 + (down ? BAR_H : 0);
-    var y2 = b.lane.y + (ROW_H - BAR_H) / 2 + (down ? 0 : BAR_H);
-    var bend = Math.max(8, Math.abs(y2 - y1) / 2);
-    ctx.strokeStyle = 'rgba(61,71,82,.75)';
-    ctx.setLineDash(toHost ? [3, 2] : []);
-    ctx.beginPath(); ctx.moveTo(x1, y1);
-    ctx.bezierCurveTo(x1, y1 + (down ? bend : -bend), x2, y2 + (down ? -bend : bend), x2, y2);
-    ctx.stroke();
-    ctx.setLineDash([]);
-    var s = down ? -1 : 1;
-    ctx.fillStyle = '#3d4752';
-    ctx.beginPath(); ctx.moveTo(x2, y2); ctx.lineTo(x2 - 3.5, y2 + 7 * s); ctx.lineTo(x2 + 3.5, y2 + 7 * s);
-    ctx.closePath(); ctx.fill();
-  }
-
-  function clampView(a, b) {
-    var span = Math.min(Math.max(b - a, MIN_SPAN_NS), full.b - full.a);
-    a = Math.max(full.a, Math.min(a, full.b - span));
-    view.a = a; view.b = a + span;
-    draw();
-  }
-
-  var api = {
-    unit: unit,
-    view: function () { return {start: view.a / per, end: view.b / per}; },
-    full: function () { return {start: full.a / per, end: full.b / per}; },
-    set_view: function (start, end) { clampView(start * per, end * per); return api.view(); },
-    zoom: function (factor, at) {
-      var c = at === undefined ? (view.a + view.b) / 2 : at * per;
-      clampView(c - (c - view.a) / factor, c + (view.b - c) / factor);
-      return api.view();
-    },
-    pan: function (by) { clampView(view.a + by * per, view.b + by * per); return api.view(); },
-    reset: function () { clampView(full.a, full.b); return api.view(); },
-    stats: function () { return stats; }
-  };
-  window.eventideTimeline = api;
-
-  function plotX(ev) { var r = canvas.getBoundingClientRect(); return {x: ev.clientX - r.left, y: ev.clientY - r.top}; }
-  canvas.addEventListener('wheel', function (ev) {
-    var p = plotX(ev);
-    if (p.x < LABEL_W) return;
-    ev.preventDefault();
-    var f = Math.exp(-ev.deltaY * (ev.deltaMode === 1 ? 0.05 : 0.002));
-    api.zoom(f, t(p.x) / per);
-  }, {passive: false});
-  var drag = null;
-  canvas.addEventListener('mousedown', function (ev) {
-    var p = plotX(ev);
-    if (p.x >= LABEL_W) { drag = {x: p.x, a: view.a, b: view.b}; canvas.classList.add('dragging'); }
-  });
-  window.addEventListener('mouseup', function () { drag = null; canvas.classList.remove('dragging'); });
-  window.addEventListener('mousemove', function (ev) {
-    if (drag) {
-      var dt = (plotX(ev).x - drag.x) / plotW * (drag.b - drag.a);
-      clampView(drag.a - dt, drag.b - dt);
-      tip.hidden = true;
-      return;
-    }
-    if (ev.target === canvas) hover(plotX(ev), ev); else tip.hidden = true;
-  });
-  canvas.addEventListener('mouseleave', function () { tip.hidden = true; });
-
-  function hover(p, ev) {
-    var hit = null;
-    for (var i = 0; i < drawn.length; i++) {
-      var d = drawn[i], by = d.lane.y + (ROW_H - BAR_H) / 2;
-      if (p.y >= by && p.y <= by + BAR_H && p.x >= d.x0 - 1 && p.x <= d.x1 + 1) { hit = d; break; }
-    }
-    if (!hit) { tip.hidden = true; return; }
-    var lines;
-    if (hit.bars.length > 1) {
-      var first = hit.bars[0], last = hit.bars[hit.bars.length - 1];
-      lines = [hit.bars.length + ' bars narrower than a pixel, merged (zoom in to see them)',
-               'from ' + withUnit(first.start) + ' to ' + withUnit(last.start + last.dur)];
-    } else {
-      var b = hit.bars[0];
-      var what = b.kind === 'op' || b.kind === 'wait' ? b.label + '  #' + b.seq + ' on ' + hit.lane.key : b.label;
-      lines = [what];
-      if (b.detail) lines.push(b.detail);
-      lines.push('start ' + withUnit(b.start) + ', ' + (b.kind === 'op' || b.kind === 'callback' || b.kind === 'range' ? 'duration ' : 'waited ') +
-                 withUnit(b.dur) + (b.flags & 4 ? ' (timed out)' : ''));
-      if (b.flags & 2) lines.push('placed by what it waited for: no device time of its own');
-      if (b.error) lines.push('error: ' + b.error);
-    }
-    tip.textContent = lines.join('\n');
-    tip.hidden = false;
-    var r = host.getBoundingClientRect();
-    tip.style.left = Math.min(ev.clientX - r.left + 12, r.width - 320) + 'px';
-    tip.style.top = (ev.clientY - r.top + 14) + 'px';
-  }
-
-  document.getElementById('zoom-in').onclick = function () { api.zoom(2); };
-  document.getElementById('zoom-out').onclick = function () { api.zoom(0.5); };
-  document.getElementById('zoom-reset').onclick = function () { api.reset(); };
-  document.addEventListener('keydown', function (ev) {
-    if (ev.key === '+' || ev.key === '=') api.zoom(2);
-    else if (ev.key === '-') api.zoom(0.5);
-    else if (ev.key === '0') api.reset();
-    else if (ev.key === 'ArrowLeft') api.pan(-(view.b - view.a) / 4 / per);
-    else if (ev.key === 'ArrowRight') api.pan((view.b - view.a) / 4 / per);
-  });
-  window.addEventListener('resize', resize);
-  resize();
-})();
-)JS";
-
 class PageWriter {
  public:
-  explicit PageWriter(const Profile& p) : p_(p), layout_(profile::lay_out(p)) {}
+  PageWriter(const Profile& p, const TimelineOptions& options)
+      : p_(p), options_(options), layout_(profile::lay_out(p)) {}
 
   std::string write() {
     assign_colours();
@@ -420,13 +142,12 @@ class PageWriter {
   }
 
  private:
+  // The op names in the order they first came (the legend's order), each with its colour.
   void assign_colours() {
     for (const ProfiledOp& op : p_.ops()) {
       if (op.is_wait || colour_.count(op.name)) continue;
-      const std::size_t i = names_.size();
       names_.push_back(op.name);
-      colour_[op.name] = i < kPalette.size() ? std::string(kPalette[i])
-                                             : hsl_hex(std::fmod(i * 137.508, 360.0), 0.55, 0.55);
+      colour_[op.name] = op_colour(op.name);
     }
   }
 
@@ -530,7 +251,7 @@ class PageWriter {
     for (const ProfiledHostWait& w : p_.host_waits()) {
       const std::size_t lane = host_lane("host waits " + w.thread, w.thread, "host waits");
       host_wait_bar.push_back(bar(lane, 2, colour(kHostWaitColour),
-                                  text(profile::host_wait_label(p_, layout_, w) + " (" + w.thread + ")"),
+                                  text(profile::host_wait_label(p_, layout_, w)),
                                   profile::to_ns(w.start_us), profile::to_ns(w.end_us), w.event, 0, -1, -1,
                                   w.finished ? 0 : kTimedOut));
     }
@@ -538,7 +259,7 @@ class PageWriter {
       std::string dev = c.thread.rfind("callbacks ", 0) == 0 ? c.thread.substr(10) : c.thread;
       const std::size_t lane = host_lane(c.thread, "callbacks", dev);
       callback_bar.push_back(bar(lane, 3, colour(kCallbackColour),
-                                 text("callback of event " + std::to_string(c.event) + " (" + c.thread + ")"),
+                                 text("callback of event " + std::to_string(c.event)),
                                  profile::to_ns(c.start_us), profile::to_ns(c.end_us), c.event, 0, -1, -1, 0));
     }
     // User ranges: a lane per thread and nesting depth (layout.hpp's RangeLane), after the
@@ -553,7 +274,7 @@ class PageWriter {
     }
     for (std::size_t i = 0; i < p_.ranges().size(); ++i) {
       const ProfiledRange& r = p_.ranges()[i];
-      bar(range_lane[layout_.range_lane_of[i]], 4, colour(kRangeColour), text(r.name + " (range, " + r.thread + ")"),
+      bar(range_lane[layout_.range_lane_of[i]], 4, colour(kRangeColour), text(r.name),
           profile::to_ns(r.start_us), profile::to_ns(r.end_us), 0, 0, -1, -1, 0);
     }
 
@@ -570,7 +291,8 @@ class PageWriter {
       }
       if (to == SIZE_MAX) continue;
       arrows += (n_arrows++ ? ",[" : "[") + std::to_string(from) + "," + std::to_string(to) + "," +
-                (a.at_end ? "1" : "0") + "," + (a.to == profile::Arrow::To::op ? "0" : "1") + "]";
+                (a.at_end ? "1" : "0") + "," + (a.to == profile::Arrow::To::op ? "0" : "1") + "," +
+                (a.held_back ? "1" : "0") + "]";
     }
 
     std::string j = "{\"unit\":" + json_string(unit()) + ",\"ns_per_unit\":" +
@@ -594,18 +316,27 @@ class PageWriter {
            ",\"group\":" + std::to_string(l.group) + "}";
     }
     j += "],\n\"bars\":[\n" + bars + "],\n\"arrows\":[" + arrows + "]}";
+    has_arrows_ = n_arrows != 0;
     return j;
   }
 
   std::string page(const std::string& data) const {
-    std::size_t waits = 0;
-    for (const ProfiledOp& op : p_.ops()) waits += op.is_wait;
+    std::size_t waits = 0, markers = 0;
+    for (const ProfiledOp& op : p_.ops()) {
+      waits += op.is_wait;
+      markers += op.is_marker;
+    }
     auto count = [](std::size_t n, const char* one, const char* many) {
       return std::to_string(n) + " " + (n == 1 ? one : many);
     };
-    std::string summary = count(p_.ops().size() - waits, "op", "ops") + ", " + count(waits, "wait", "waits") +
+    // Every op of the profile, as ops() holds them, then how many of those are waits and
+    // markers: "26 ops (5 waits, 2 markers) on 4 streams".
+    std::string among;
+    if (waits) among = count(waits, "wait", "waits");
+    if (markers) among += (among.empty() ? "" : ", ") + count(markers, "marker", "markers");
+    std::string summary = count(p_.ops().size(), "op", "ops") + (among.empty() ? "" : " (" + among + ")") +
                           " on " + count(layout_.streams.size(), "stream", "streams") + " · " +
-                          count(p_.records().size(), "record", "records") + " · " +
+                          count(p_.records().size(), "event record", "event records") + " · " +
                           count(p_.host_waits().size(), "host wait", "host waits") + " · " +
                           count(p_.callbacks().size(), "callback", "callbacks") + " · " +
                           count(p_.ranges().size(), "range", "ranges") + " · profile " +
@@ -614,40 +345,51 @@ class PageWriter {
     std::string h;
     h += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
          "<meta name=\"generator\" content=\"eventide " + std::string(version()) + "\">\n"
-         "<title>eventide timeline</title>\n<style>\n"
+         "<title>" + escape(options_.title.empty() ? "eventide timeline" : options_.title + " · eventide timeline") +
+         "</title>\n<style>\n"
          "body{margin:16px 20px;font:13px/1.45 system-ui,-apple-system,\"Segoe UI\",Roboto,\"DejaVu Sans\","
          "\"Liberation Sans\",sans-serif;color:#1f2933;background:#fff}\n"
          "h1{font-size:18px;margin:0 0 2px;font-weight:600}\n"
+         ".note{margin:0 0 4px;max-width:1100px}\n"
          ".summary{color:#52606d;margin:0 0 10px}\n"
          ".legend{display:flex;flex-wrap:wrap;gap:6px 16px;margin:0 0 10px;padding:0;list-style:none}\n"
          ".legend li{display:flex;align-items:center;gap:6px}\n"
          ".swatch{width:14px;height:14px;border-radius:3px;display:inline-block}\n"
          ".swatch.wait{background:repeating-linear-gradient(45deg,#e4e7eb 0 3px,#9aa5b1 3px 5px)}\n"
+         ".arrow{width:22px;height:0;border-top:2px solid #3d4752;display:inline-block}\n"
          ".controls{display:flex;align-items:center;gap:6px;margin:0 0 6px;color:#52606d}\n"
          ".controls button{font:inherit;min-width:28px;padding:1px 8px;border:1px solid #cbd2d9;"
          "border-radius:4px;background:#f4f6f8;cursor:pointer}\n"
+         ".controls label{display:flex;align-items:center;gap:4px;margin:0 6px}\n"
          "#timeline{position:relative;max-width:1360px}\n"
          "#timeline-canvas{display:block;cursor:grab}\n"
          "#timeline-canvas.dragging{cursor:grabbing}\n"
          "#timeline-tip{position:absolute;pointer-events:none;white-space:pre;background:#1f2933;color:#fff;"
-         "font-size:12px;padding:4px 8px;border-radius:4px;max-width:300px;overflow:hidden;z-index:1}\n"
+         "font-size:12px;padding:4px 8px;border-radius:4px;max-width:360px;overflow:hidden;z-index:1}\n"
          "table{border-collapse:collapse;margin-top:14px;font-variant-numeric:tabular-nums}\n"
          "th,td{padding:3px 12px 3px 0;text-align:right}\n"
          "th:first-child,td:first-child{text-align:left}\n"
          "th{color:#52606d;font-weight:600;border-bottom:1px solid #cbd2d9}\n"
          ".empty{color:#7b8794;font-style:italic}\n"
          "</style>\n</head>\n<body>\n";
-    h += "<h1>eventide timeline</h1>\n<p class=\"summary\">" + escape(summary) + "</p>\n";
+    h += "<h1>" + escape(options_.title.empty() ? "eventide timeline" : options_.title) + "</h1>\n";
+    if (!options_.note.empty()) h += "<p class=\"note\">" + escape(options_.note) + "</p>\n";
+    h += "<p class=\"summary\">" + escape(summary) + "</p>\n";
     if (p_.ops().empty()) h += "<p class=\"empty\">No ops were recorded.</p>\n";
     h += "<ul class=\"legend\">";
     for (const std::string& n : names_) {
       h += "<li><span class=\"swatch\" style=\"background:" + colour_.at(n) + "\"></span>" + escape(n) + "</li>";
     }
     if (waits) h += "<li><span class=\"swatch wait\"></span>wait</li>";
+    if (has_arrows_) {
+      h += "<li><span class=\"arrow\"></span>what held it back (point at a bar for all its arrows)</li>";
+    }
     h += "</ul>\n";
     h += "<div class=\"controls\"><button id=\"zoom-out\" title=\"zoom out (-)\">−</button>"
          "<button id=\"zoom-in\" title=\"zoom in (+)\">+</button>"
          "<button id=\"zoom-reset\" title=\"the whole profile (0)\">whole profile</button>"
+         "<label title=\"also the dependencies that held nothing back, faint\"><input type=\"checkbox\" "
+         "id=\"every-dependency\">every dependency</label>"
          "<span>wheel: zoom, drag: pan</span> · <span id=\"timeline-range\"></span></div>\n";
     h += "<div id=\"timeline\"><canvas id=\"timeline-canvas\" aria-label=\"timeline of " +
          std::to_string(p_.ops().size()) + " ops\"></canvas><div id=\"timeline-tip\" hidden></div></div>\n";
@@ -675,12 +417,13 @@ class PageWriter {
       h += "</table>\n";
     }
     h += "<script type=\"application/json\" id=\"eventide-timeline-data\">" + data + "</script>\n";
-    h += "<script>" + std::string(kScript) + "</script>\n";
+    h += "<script>" + std::string(profile::kTimelineScript) + "</script>\n";
     h += "</body>\n</html>\n";
     return h;
   }
 
   const Profile& p_;
+  const TimelineOptions& options_;
   Layout layout_;
   std::vector<std::string> names_;
   std::unordered_map<std::string, std::string> colour_;
@@ -688,14 +431,21 @@ class PageWriter {
   std::unordered_map<std::string, int> text_index_, colour_index_;
   std::int64_t t0_ = 0, t1_ = 1000;
   bool ms_ = false;
+  bool has_arrows_ = false;
 };
 
 }  // namespace
 
-std::string Profile::timeline_html() const { return PageWriter(*this).write(); }
+std::string Profile::timeline_html() const { return timeline_html(TimelineOptions{}); }
 
-void Profile::export_timeline(const std::string& path) const {
-  profile::write_text_file(path, timeline_html(), "export_timeline");
+std::string Profile::timeline_html(const TimelineOptions& options) const {
+  return PageWriter(*this, options).write();
+}
+
+void Profile::export_timeline(const std::string& path) const { export_timeline(path, TimelineOptions{}); }
+
+void Profile::export_timeline(const std::string& path, const TimelineOptions& options) const {
+  profile::write_text_file(path, timeline_html(options), "export_timeline");
 }
 
 }  // namespace eventide

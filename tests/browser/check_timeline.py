@@ -3,20 +3,33 @@
 Runs two real workloads with the eventide package and writes the timeline page of each:
 
   - a small one: two streams of matmuls joined by an event wait, a host wait, a callback;
-  - 10,000 ops: tiny adds on two streams, each stream now and then waiting for the other.
+  - 10,000 ops: tiny adds on two streams, each stream now and then waiting for the other;
+
+and, given ``--cli`` (the eventide command; ctest passes it), the page of the demo's
+scenario 16 (``eventide demo --only 16 --timeline PAGE``), the README's picture.
 
 Each page is checked twice:
 
   1. ``--dump-dom`` of the page with an error catcher put first in its <head> and a measuring
      script appended to its <body>: no JavaScript error; the page's hook
      (``window.eventideTimeline``) is there; every bar of the page's data is in the first view
-     and the canvas has pixels of each of the data's colours; a synthetic wheel event zooms in
-     around the pointer, a synthetic drag pans, the hook zooms to one op (drawn alone, nothing
-     merged) and resets, the + button halves the span; the axis is labelled again each time,
-     always in the page's one unit, as are the range read-out, a bar's tooltip and the page's
-     text; for 10,000 ops, bars narrower than a pixel are drawn merged in the whole view;
+     and the canvas has pixels of each of the data's colours; the header counts the ops as the
+     profile does; every bar 40 px wide or more has a label (in the whole view and zoomed to
+     one op); the arrows that held their target back are drawn, the others not until "every
+     dependency" is ticked, and then under the bars (an edge of every coloured bar 12 px wide
+     or more keeps UNCOVERED_AT_LEAST of its colour); the bar with the most arrows, chosen,
+     has all of them drawn; a synthetic wheel event zooms in around the pointer, a synthetic
+     drag pans, the hook zooms to one op (drawn alone, nothing merged; the pointer over it
+     chooses it and shows its tooltip) and resets, the + button halves the span; the axis is
+     labelled again each time, always in the page's one unit, as are the range read-out, a
+     bar's tooltip and the page's text; for 10,000 ops, bars narrower than a pixel are drawn
+     merged in the whole view;
   2. ``--screenshot``: the PNG, decoded here (zlib only), shows the bars' colours (checked
      against the palette of src/profile/timeline_html.cpp) inside the canvas.
+
+The demo's page also has the scenario's title (as the CLI printed it) and a note, its header
+says as many ops as the CLI's "profile: N ops" line, its four randn bars are labelled, and most
+of their arrows (to matmuls that ran long after them) are among those not drawn at first.
 
 The page of 10,000 ops must stay under PAGE_BYTES_PER_OP bytes per op plus PAGE_FIXED_BYTES
 (see there why).
@@ -28,10 +41,12 @@ only one tried: if it is not an executable the check is skipped, saying so (set 
 missing path to see the skip). Otherwise the first of chromium, chromium-browser,
 google-chrome found on PATH. Chromium's complaints on stderr (no D-Bus here) are ignored.
 
-Options: ``--save-png PATH`` keeps the screenshot, ``--save-html PATH`` keeps the page (as the
-profiler wrote it, without the measuring script).
+Options: ``--save-png PATH`` keeps the screenshots, ``--save-html PATH`` keeps the pages (as the
+profiler wrote them, without the measuring script), ``--cli PATH`` checks the demo's page too,
+and ``--demo-png PATH`` keeps that page's screenshot (docs/images/timeline.png is made so).
 
-Run: ``PYTHONPATH=build/python EVENTIDE_DEVICE=cpu /usr/bin/python3 tests/browser/check_timeline.py``
+Run: ``PYTHONPATH=build/python EVENTIDE_DEVICE=cpu /usr/bin/python3 tests/browser/check_timeline.py
+--cli build/tools/eventide``
 """
 
 from __future__ import annotations
@@ -212,20 +227,48 @@ MEASURE_SCRIPT = """
     out.canvas = {x: r.left + window.scrollX, y: r.top + window.scrollY, w: r.width, h: r.height,
                   pw: canvas.width, ph: canvas.height};
     out.body_drawn = document.body.dataset.drawn || null;
+    out.title = document.title;
+    out.h1 = document.querySelector('h1').textContent;
+    var note = document.querySelector('p.note');
+    out.note = note ? note.textContent : null;
+    out.summary = document.querySelector('p.summary').textContent;
+    var plot = api.stats().plot;
+    var rgb = data.colours.map(function (c) {
+      return [parseInt(c.substr(1, 2), 16), parseInt(c.substr(3, 2), 16), parseInt(c.substr(5, 2), 16)];
+    });
+    function near(img, i, c) {
+      return Math.abs(img[i] - c[0]) <= 2 && Math.abs(img[i + 1] - c[1]) <= 2 && Math.abs(img[i + 2] - c[2]) <= 2;
+    }
     function pixels() {
       var g = canvas.getContext('2d'), img = g.getImageData(0, 0, canvas.width, canvas.height).data;
       var counts = {};
       data.colours.forEach(function (c) { counts[c] = 0; });
-      var rgb = data.colours.map(function (c) {
-        return [parseInt(c.substr(1, 2), 16), parseInt(c.substr(3, 2), 16), parseInt(c.substr(5, 2), 16)];
-      });
       for (var i = 0; i < img.length; i += 4) {
         for (var k = 0; k < rgb.length; k++) {
-          if (Math.abs(img[i] - rgb[k][0]) <= 2 && Math.abs(img[i + 1] - rgb[k][1]) <= 2 &&
-              Math.abs(img[i + 2] - rgb[k][2]) <= 2) { counts[data.colours[k]]++; break; }
+          if (near(img, i, rgb[k])) { counts[data.colours[k]]++; break; }
         }
       }
       return counts;
+    }
+    // How much of each coloured bar 12 px wide or more the canvas shows in the bar's colour, in
+    // a row of pixels 3 px inside its top and one 3 px inside its bottom (clear of its label):
+    // what arrows drawn over the bars take away.
+    function uncovered() {
+      var g = canvas.getContext('2d'), dpr = canvas.width / r.width, rows = 0, sum = 0, worst = 1, worstBar = -1;
+      api.marks().forEach(function (m) {
+        var b = data.bars[m.bar];
+        if (b[2] < 0) return;  // hatched: no one colour
+        var x0 = Math.ceil(Math.max(m.x0, plot.x)) + 1, x1 = Math.floor(Math.min(m.x1, plot.x + plot.w)) - 1;
+        if (x1 - x0 < 12) return;
+        [m.y + 3, m.y + m.h - 4].forEach(function (yy) {
+          var img = g.getImageData(Math.round(x0 * dpr), Math.round(yy * dpr), Math.round((x1 - x0) * dpr), 1).data;
+          var same = 0, all = img.length / 4;
+          for (var i = 0; i < img.length; i += 4) if (near(img, i, rgb[b[2]])) same++;
+          rows++; sum += same / all;
+          if (same / all < worst) { worst = same / all; worstBar = m.bar; }
+        });
+      });
+      return {rows: rows, mean: rows ? sum / rows : 1, worst: worst, worst_bar: worstBar};
     }
     function step(name) {
       out.steps[name] = {stats: api.stats(), view: api.view(),
@@ -233,8 +276,29 @@ MEASURE_SCRIPT = """
     }
     step('first');
     out.pixels_first = pixels();
+    out.marks_first = api.marks();
+    out.uncovered_first = uncovered();
+    // "every dependency": the arrows that held nothing back, drawn faint under the bars (the
+    // checkbox's own handler); then off again.
+    var box = document.getElementById('every-dependency');
+    box.checked = true;
+    box.dispatchEvent(new Event('change'));
+    step('every');
+    out.uncovered_every = uncovered();
+    box.checked = false;
+    box.dispatchEvent(new Event('change'));
+    // The bar with the most arrows, chosen as the pointer does: all of its arrows drawn.
+    var most = -1, count = {};
+    data.arrows.forEach(function (a) { count[a[0]] = (count[a[0]] || 0) + 1; count[a[1]] = (count[a[1]] || 0) + 1; });
+    Object.keys(count).forEach(function (k) { if (most < 0 || count[k] > count[most]) most = +k; });
+    out.most_arrows = {bar: most, arrows: most < 0 ? 0 : count[most]};
+    if (most >= 0) {
+      api.select(most);
+      step('selected');
+      api.select(-1);
+    }
     // The wheel, over the middle of the plot: zooms in around the pointer.
-    var mid = {x: r.left + 200 + (r.width - 228) / 2, y: r.top + 50};
+    var mid = {x: r.left + plot.x + plot.w / 2, y: r.top + 50};
     canvas.dispatchEvent(new WheelEvent('wheel', {deltaY: -400, deltaMode: 0, clientX: mid.x, clientY: mid.y,
                                                    bubbles: true, cancelable: true}));
     step('wheel');
@@ -244,9 +308,9 @@ MEASURE_SCRIPT = """
     window.dispatchEvent(new MouseEvent('mouseup', {clientX: mid.x - 200, clientY: mid.y, bubbles: true}));
     step('drag');
     // The hook: the first op alone (and a little around it), then its tooltip.
-    var full = api.full(), first = null;
-    data.bars.forEach(function (b) {
-      if (data.kinds[b[1]] === 'op' && (first === null || b[4] < first[4])) first = b;
+    var first = null, firstIndex = -1;
+    data.bars.forEach(function (b, i) {
+      if (data.kinds[b[1]] === 'op' && (first === null || b[4] < first[4])) { first = b; firstIndex = i; }
     });
     out.first_op_colour = data.colours[first[2]];
     var per = data.ns_per_unit, a = first[4] / per, d = Math.max(first[5] / per, 0.001);
@@ -254,18 +318,18 @@ MEASURE_SCRIPT = """
     api.set_view(a - d, a + 2 * d);
     step('one_op');
     out.pixels_one_op = pixels();
-    var lane = data.lanes[first[0]], laneIndex = first[0];
-    // Where the script put that lane: lanes are 36 px apart from y 36, a 10 px gap per group.
-    var groupsBefore = 0;
-    for (var i = 1; i <= laneIndex; i++) if (data.lanes[i].group !== data.lanes[i - 1].group) groupsBefore++;
-    var ly = 36 + 36 * laneIndex + 10 * groupsBefore + 18;
-    // Over the op's own middle (`d` may be wider than the op: it has a floor, and the view
-    // may be clamped at the profile's start).
-    var middle = a + first[5] / per / 2;
-    var bx = 200 + (middle - api.view().start) / (api.view().end - api.view().start) * (r.width - 228);
-    canvas.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + bx, clientY: r.top + ly, bubbles: true}));
+    // The pointer over the op's own mark, where the page drew it.
+    var mark = api.marks().filter(function (m) { return m.bar === firstIndex; })[0];
+    out.one_op_mark = mark || null;
+    if (mark) {
+      var mx = (Math.max(mark.x0, plot.x) + Math.min(mark.x1, plot.x + plot.w)) / 2;
+      canvas.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + mx, clientY: r.top + mark.y + mark.h / 2,
+                                                        bubbles: true}));
+    }
     var tip = document.getElementById('timeline-tip');
-    out.tip = {hidden: tip.hidden, text: tip.textContent, lane: lane.key, bar: first, view: api.view()};
+    out.tip = {hidden: tip.hidden, text: tip.textContent, lane: data.lanes[first[0]].key, bar: first, view: api.view(),
+               hot: api.stats().hot, first_index: firstIndex};
+    canvas.dispatchEvent(new MouseEvent('mouseleave', {bubbles: true}));
     api.reset();
     step('reset');
     document.getElementById('zoom-in').click();
@@ -297,21 +361,27 @@ def page_data(html: str) -> dict:
 
 
 def check_page(dom: str, html: str, prof: Any, what: str) -> dict:
-    """What the measuring script found after chromium ran the page; returns it."""
+    """What the measuring script found after chromium ran the page; returns it. `prof` (the
+    Python profile the page was made from; None for the demo's page, made by the CLI) is what
+    the page's bars and lanes are checked against."""
     data = page_data(html)
     m = measured(dom)
     check(not m["errors"], f"{what}: JavaScript errors: {m['errors']}")
     check(m["hook"], f"{what}: the page set no window.eventideTimeline")
     unit = data["unit"]
     check(unit in ("µs", "ms"), f"{what}: unit {unit!r}")
-    timed = [op for op in prof.ops if op["start_us"] is not None]
-    kinds = [data["kinds"][b[1]] for b in data["bars"]]
-    check(sum(k in ("op", "wait") for k in kinds) == len(timed),
-          f"{what}: {len(kinds)} bars in the data for {len(timed)} ops with times")
-    check(len(data["bars"]) == len(timed) + len(prof.host_waits) + len(prof.callbacks),
-          f"{what}: bars for {len(timed)} ops, {len(prof.host_waits)} host waits, {len(prof.callbacks)} callbacks")
-    streams = {op["stream"] for op in prof.ops}
-    check({l["key"] for l in data["lanes"] if l["kind"] == "stream"} == streams, f"{what}: a stream has no lane")
+    if prof is not None:
+        timed = [op for op in prof.ops if op["start_us"] is not None]
+        kinds = [data["kinds"][b[1]] for b in data["bars"]]
+        check(sum(k in ("op", "wait") for k in kinds) == len(timed),
+              f"{what}: {len(kinds)} bars in the data for {len(timed)} ops with times")
+        check(len(data["bars"]) == len(timed) + len(prof.host_waits) + len(prof.callbacks),
+              f"{what}: bars for {len(timed)} ops, {len(prof.host_waits)} host waits, {len(prof.callbacks)} callbacks")
+        streams = {op["stream"] for op in prof.ops}
+        check({l["key"] for l in data["lanes"] if l["kind"] == "stream"} == streams, f"{what}: a stream has no lane")
+        # The header counts the ops as the profile does (waits and markers among them).
+        check(m["summary"].startswith(f"{len(prof.ops)} ops"), f"{what}: the header says {m['summary']!r} "
+              f"for a profile of {len(prof.ops)} ops")
 
     steps = m["steps"]
     first, wheel, drag, one, reset, button = (steps[k] for k in ("first", "wheel", "drag", "one_op", "reset", "button_in"))
@@ -320,9 +390,10 @@ def check_page(dom: str, html: str, prof: Any, what: str) -> dict:
           f"of {len(data['bars'])} bars")
     painted = sum(m["pixels_first"].values())
     check(painted > 0, f"{what}: no pixel of the bars' colours on the canvas: {m['pixels_first']}")
+    check_labels_and_arrows(m, data, what)
     # A colour with a bar 3 px wide or more in the whole view is on the canvas (narrower bars
     # may be merged into a neighbour of another colour).
-    plot_w = m["canvas"]["w"] - 228  # the labels' 200 px and the right margin's 28
+    plot_w = first["stats"]["plot"]["w"]
     span_ns = max(data["t1"] - data["t0"], 20)
     wide = {data["colours"][b[2]] for b in data["bars"] if b[2] >= 0 and b[5] / span_ns * plot_w >= 3}
     for colour in wide:
@@ -365,6 +436,42 @@ def check_page(dom: str, html: str, prof: Any, what: str) -> dict:
     written = re.findall(r"\d (µs|ms|ns|s)\b", re.sub(r"<[^>]+>", " ", text))
     check(written and set(written) == {unit}, f"{what}: the page's text has times in {sorted(set(written))}")
     return m
+
+
+# Of a coloured bar 12 px wide or more, at least this much of a row of pixels near its top or
+# bottom edge is the bar's own colour: arrows over the bars are thin and few (an arrow crossing
+# a 12 px bar takes 2 of its 10 px), the others are under them.
+UNCOVERED_AT_LEAST = 0.75
+
+
+def check_labels_and_arrows(m: dict, data: dict, what: str) -> None:
+    """Every bar wide enough has a label; the arrows that held nothing back are not drawn
+    until asked for, and then under the bars; those that held something back, and all of a
+    chosen bar's, are."""
+    steps = m["steps"]
+    first, every, one = steps["first"]["stats"], steps["every"]["stats"], steps["one_op"]["stats"]
+    for name, st in (("the whole view", first), ("one op", one)):
+        check(not st["unlabelled"], f"{what}: {name}: bars {st['unlabelled']} are {st['labelled_w']} px wide or "
+              f"more and have no label")
+    check(one["labelled"] > 0, f"{what}: zoomed to one op, no bar has a label")
+    held = sum(a[4] for a in data["arrows"])
+    quiet = len(data["arrows"]) - held
+    if first["arrows_hidden"] == 0:
+        check(first["arrows_held"] == held and first["arrows_faint"] == 0 and first["arrows_quiet"] == quiet,
+              f"{what}: {held} arrows held something back and {quiet} did not, the whole view drew {first}")
+        check(every["arrows_faint"] == quiet and every["arrows_held"] == held and every["every_dependency"],
+              f"{what}: with every dependency ticked, {every['arrows_faint']} faint arrows of {quiet}")
+    for name in ("uncovered_first", "uncovered_every"):
+        u = m[name]
+        check(u["worst"] >= UNCOVERED_AT_LEAST, f"{what}: {name}: bar {u['worst_bar']} shows only "
+              f"{u['worst']:.0%} of its colour along an edge (arrows over it?): {u}")
+    most = m["most_arrows"]
+    if most["bar"] >= 0:
+        sel = steps["selected"]["stats"]
+        check(sel["hot"] == most["bar"] and sel["arrows_hot"] == most["arrows"],
+              f"{what}: bar {most['bar']} chosen, {sel['arrows_hot']} of its {most['arrows']} arrows drawn: {sel}")
+    tip = m["tip"]
+    check(tip["hot"] == tip["first_index"], f"{what}: the pointer over the first op did not choose it: {tip}")
 
 
 def ticks_differ(a: dict, b: dict) -> bool:
@@ -473,8 +580,8 @@ def palette_from_source() -> Optional[set]:
     m = re.search(r"kPalette\s*=\s*\{(.*?)\};", text, re.S)
     check(m is not None, f"no kPalette in {PALETTE_SOURCE}")
     colours = set(re.findall(r'"(#[0-9a-fA-F]{6})"', m.group(1)))
-    # The host waits' and callbacks' bars.
-    colours |= set(re.findall(r'k(?:HostWait|Callback)Colour = "(#[0-9a-fA-F]{6})"', text))
+    # The markers', host waits', callbacks' and ranges' bars.
+    colours |= set(re.findall(r'k(?:Marker|HostWait|Callback|Range)Colour = "(#[0-9a-fA-F]{6})"', text))
     return {c.lower() for c in colours}
 
 
@@ -505,14 +612,19 @@ def check_picture(png: bytes, layout: dict, colours: list) -> dict:
 # --- main ------------------------------------------------------------------------------------
 
 def check_one(chromium: str, tmp_dir: Path, name: str, prof: Any, args: argparse.Namespace,
-              size_bound: Optional[int]) -> None:
-    page = tmp_dir / f"{name}.html"
-    prof.export_timeline(page)
+              size_bound: Optional[int], page: Optional[Path] = None) -> dict:
+    """Writes `prof`'s page (or takes `page`, written already: then `prof` is None), has
+    chromium run it and screenshot it, checks both; returns what the page's script measured
+    and the screenshot."""
+    if page is None:
+        page = tmp_dir / f"{name}.html"
+        prof.export_timeline(page)
     html = page.read_text(encoding="utf-8")
     size = len(html.encode("utf-8"))
-    print(f"{name}: {len(prof.ops)} ops, a page of {size:,} bytes ({size / max(len(prof.ops), 1):.0f} per op)")
+    n_ops = len(prof.ops) if prof is not None else len(page_data(html)["bars"])
+    print(f"{name}: {n_ops} {'ops' if prof is not None else 'bars'}, a page of {size:,} bytes")
     if size_bound is not None:
-        check(size <= size_bound, f"{name}: the page of {len(prof.ops)} ops is {size:,} bytes, over {size_bound:,}")
+        check(size <= size_bound, f"{name}: the page of {n_ops} ops is {size:,} bytes, over {size_bound:,}")
     check("<head>" in html and "</body>" in html, "the page has no <head> or </body>")
     probe = tmp_dir / f"{name}-measure.html"
     probe.write_text(html.replace("<head>", "<head>\n" + ERROR_CATCHER, 1)
@@ -524,13 +636,15 @@ def check_one(chromium: str, tmp_dir: Path, name: str, prof: Any, args: argparse
                        [f"--window-size={WINDOW_WIDTH},900", "--dump-dom", probe.as_uri()])
     m = check_page(dom, html, prof, name)
     st = m["steps"]
-    print(f"{name}: first view {st['first']['stats']['shown']} bars as {st['first']['stats']['marks']} marks "
-          f"({st['first']['stats']['merged']} merged), unit {st['first']['stats']['unit']}; wheel "
+    f = st["first"]["stats"]
+    print(f"{name}: first view {f['shown']} bars as {f['marks']} marks ({f['merged']} merged, {f['labelled']} "
+          f"labelled), unit {f['unit']}; arrows {f['arrows_held']} held back, {f['arrows_quiet']} others not drawn "
+          f"({st['every']['stats']['arrows_faint']} faint under the bars with every dependency); bars' edges "
+          f"{m['uncovered_first']['mean']:.0%} their colour (worst {m['uncovered_first']['worst']:.0%}); wheel "
           f"{st['first']['view']} -> {st['wheel']['view']}; one op: {st['one_op']['stats']['ticks']}")
     if name == "big":
-        first = st["first"]["stats"]
-        check(first["merged"] > 0 and first["marks"] < first["shown"],
-              f"{name}: the whole view of {len(prof.ops)} ops merged no bar narrower than a pixel: {first}")
+        check(f["merged"] > 0 and f["marks"] < f["shown"],
+              f"{name}: the whole view of {n_ops} ops merged no bar narrower than a pixel: {f}")
 
     data = page_data(html)
     height = int(m["canvas"]["y"] + m["canvas"]["h"]) + 16
@@ -543,12 +657,56 @@ def check_one(chromium: str, tmp_dir: Path, name: str, prof: Any, args: argparse
         shutil.copyfile(shot, args.save_png.with_name(f"{args.save_png.stem}-{name}{args.save_png.suffix}"))
     counts = check_picture(png, m, data["colours"])
     print(f"{name}: picture: " + ", ".join(f"{c} {n} px" for c, n in sorted(counts.items())))
+    m["png"] = png
+    return m
+
+
+# The demo's scenario whose page the README shows (docs/images/timeline.png).
+DEMO_SCENARIO = 16
+
+
+def check_demo(chromium: str, tmp_dir: Path, cli: str, args: argparse.Namespace) -> None:
+    """`eventide demo --only 16 --timeline PAGE`: the page has the scenario's title and a note,
+    counts the ops as the CLI does, and passes every check of a page."""
+    page = tmp_dir / "demo.html"
+    cmd = [cli, "demo", "--device", "cpu", "--only", str(DEMO_SCENARIO), "--timeline", str(page)]
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(f"{' '.join(cmd)} did not finish within {BROWSER_TIMEOUT_S} s")
+    check(run.returncode == 0,
+          f"{' '.join(cmd)} exited with {run.returncode}:\n{run.stdout[-3000:]}{run.stderr[-2000:]}")
+    title = re.search(rf"^\[{DEMO_SCENARIO}/\d+\] (.*?)  \(", run.stdout, re.M)
+    ops = re.search(r"^profile: (\d+) ops", run.stdout, re.M)
+    check(title is not None and ops is not None, f"the demo printed no scenario title or profile line:\n{run.stdout}")
+    m = check_one(chromium, tmp_dir, "demo", None, args, None, page=page)
+    check(m["h1"] == f"Scenario {DEMO_SCENARIO}: {title.group(1)} (cpu)", f"demo: the page's heading is {m['h1']!r}")
+    check(m["title"].startswith(m["h1"]), f"demo: the page's <title> is {m['title']!r}")
+    check(bool(m["note"]) and len(m["note"]) > 40, f"demo: the page's note is {m['note']!r}")
+    check(m["summary"].startswith(f"{ops.group(1)} ops"),
+          f"demo: the CLI said {ops.group(0)!r}, the page's header {m['summary']!r}")
+    # Scenario 16 makes its inputs first, and the matmuls of streams 1 and 2 read them: their
+    # arrows (from the randn bars) held nothing back, and are not drawn until asked for.
+    data = page_data(page.read_text(encoding="utf-8"))
+    randn = {i for i, b in enumerate(data["bars"]) if b[3] >= 0 and data["texts"][b[3]] == "randn"}
+    from_randn = [a for a in data["arrows"] if a[0] in randn]
+    check(len(randn) == 4 and sum(1 for a in from_randn if not a[4]) > len(from_randn) // 2,
+          f"demo: {len(randn)} randn bars, arrows from them {from_randn}")
+    labelled = {mk["bar"]: mk["text"] for mk in m["marks_first"]}
+    check(all(labelled.get(i) for i in randn),
+          f"demo: a randn bar without a label: {[labelled.get(i) for i in sorted(randn)]}")
+    if args.demo_png:
+        args.demo_png.write_bytes(m["png"])
+        print(f"demo: wrote {args.demo_png}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--save-png", type=Path, help="keep the screenshots here (-small, -big added to the name)")
     parser.add_argument("--save-html", type=Path, help="keep the pages here (-small, -big added to the name)")
+    parser.add_argument("--cli", help="the eventide command: its demo's page (scenario 16) is checked too")
+    parser.add_argument("--demo-png", type=Path, help="keep the demo page's screenshot here (with --cli; how "
+                        "the README's docs/images/timeline.png is made)")
     args = parser.parse_args()
 
     chromium, why = find_chromium()
@@ -568,7 +726,10 @@ def main() -> int:
         check(adds == BIG_OPS and len(big.ops) <= BIG_OPS + BIG_OPS // 500,
               f"the big profile has {adds} adds and {len(big.ops)} ops, not {BIG_OPS} adds")
         check_one(chromium, tmp_dir, "big", big, args, PAGE_BYTES_PER_OP * len(big.ops) + PAGE_FIXED_BYTES)
-    print(f"PASS: the timeline pages of {len(small.ops)} and {BIG_OPS} ops, drawn by {chromium}")
+        if args.cli:
+            check_demo(chromium, tmp_dir, args.cli, args)
+    demo = f" and of the demo's scenario {DEMO_SCENARIO}" if args.cli else ""
+    print(f"PASS: the timeline pages of {len(small.ops)} and {BIG_OPS} ops{demo}, drawn by {chromium}")
     return 0
 
 

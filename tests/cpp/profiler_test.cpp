@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "profile/layout.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -634,6 +635,215 @@ TEST(ProfilerTest, ExportsWriteFilesAndNameAPathTheyCannotWrite) {
     EXPECT_THROW_MSG(p.export_chrome_trace(bad), ev::Error, "export_chrome_trace", "no such dir");
     EXPECT_THROW_MSG(p.export_timeline(bad), ev::Error, "export_timeline", "no such dir");
     std::filesystem::remove_all(dir);
+  });
+}
+
+// The timeline page's data (the JSON its script draws) and its summary line.
+json page_data(const std::string& html) {
+  const std::string open = "<script type=\"application/json\" id=\"eventide-timeline-data\">";
+  const std::size_t from = html.find(open);
+  if (from == std::string::npos) return json();
+  const std::size_t to = html.find("</script>", from);
+  return json::parse(html.substr(from + open.size(), to - from - open.size()));
+}
+
+std::string page_summary(const std::string& html) {
+  const std::string open = "<p class=\"summary\">";
+  const std::size_t from = html.find(open);
+  if (from == std::string::npos) return "";
+  return html.substr(from + open.size(), html.find("</p>", from) - from - open.size());
+}
+
+// Per op name, the colour of its bars (a name drawn in two colours fails the test).
+std::map<std::string, std::string> colour_per_name(const std::string& html) {
+  const json data = page_data(html);
+  std::map<std::string, std::string> out;
+  for (const json& b : data["bars"]) {
+    if (data["kinds"][b[1].get<int>()] != "op") continue;
+    const std::string name = data["texts"][b[3].get<int>()];
+    const std::string colour = data["colours"][b[2].get<int>()];
+    auto [it, added] = out.try_emplace(name, colour);
+    EXPECT_EQ(it->second, colour) << name << " is drawn in two colours";
+  }
+  return out;
+}
+
+TEST(ProfilerTest, TimelinePageCarriesTheTitleAndNoteItIsGivenEscaped) {
+  run_with_deadline([] {
+    ev::Tensor a = ev::zeros({8, 8});
+    ev::Profiler profiler;
+    ev::add(a, a).wait();
+    ev::Profile p = profiler.stop();
+    const std::string plain = p.timeline_html();
+    EXPECT_NE(plain.find("<title>eventide timeline</title>"), std::string::npos);
+    EXPECT_NE(plain.find("<h1>eventide timeline</h1>"), std::string::npos);
+    EXPECT_EQ(plain.find("class=\"note\""), std::string::npos) << "no note unless one is given";
+
+    const ev::TimelineOptions options{.title = "Two <streams> & one", .note = "Look at \"the join\"."};
+    const std::string html = p.timeline_html(options);
+    EXPECT_NE(html.find("<title>Two &lt;streams&gt; &amp; one · eventide timeline</title>"), std::string::npos);
+    EXPECT_NE(html.find("<h1>Two &lt;streams&gt; &amp; one</h1>"), std::string::npos);
+    EXPECT_NE(html.find("<p class=\"note\">Look at &quot;the join&quot;.</p>"), std::string::npos);
+    EXPECT_EQ(page_data(html), page_data(plain)) << "the options change the heading, not the data";
+
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("eventide_timeline_title_" + std::to_string(::getpid()) + ".html");
+    p.export_timeline(path.string(), options);
+    std::ifstream f(path);
+    std::stringstream written;
+    written << f.rdbuf();
+    EXPECT_EQ(written.str(), html);
+    std::filesystem::remove(path);
+  });
+}
+
+TEST(ProfilerTest, TimelineColoursAreTheSameOnEveryPageWhateverTheOrderOfTheOps) {
+  run_with_deadline([] {
+    ev::Tensor a = ev::zeros({8, 8});
+    ev::Stream s(ev::Device::cpu());
+    auto user_op = [&s] { s.enqueue("my_kernel", [] {}).wait(); };
+    ev::Profile first, second;
+    {
+      ev::Profiler profiler;
+      ev::matmul(a, a).wait();
+      ev::add(a, a).wait();
+      ev::mul(a, a).wait();
+      user_op();
+      first = profiler.stop();
+    }
+    {
+      ev::Profiler profiler;
+      user_op();
+      ev::mul(a, a).wait();
+      ev::add(a, a).wait();
+      ev::randn({8, 8}).wait();
+      ev::matmul(a, a).wait();
+      second = profiler.stop();
+    }
+    const auto one = colour_per_name(first.timeline_html());
+    const auto two = colour_per_name(second.timeline_html());
+    for (const char* name : {"matmul", "add", "mul", "my_kernel"}) {
+      ASSERT_TRUE(one.count(name) && two.count(name)) << name;
+      EXPECT_EQ(one.at(name), two.at(name)) << name << " changed colour from one page to the next";
+    }
+    // eventide's own ops never share a colour.
+    std::set<std::string> own;
+    for (const char* name : {"matmul", "add", "mul", "randn"}) own.insert(two.at(name));
+    EXPECT_EQ(own.size(), 4u);
+  });
+}
+
+TEST(ProfilerTest, TimelineHeaderCountsTheOpsAsTheProfileDoes) {
+  run_with_deadline([] {
+    ev::Tensor a = ev::zeros({8, 8});
+    ev::Stream s1(ev::Device::cpu()), s2(ev::Device::cpu());
+    ev::UserEvent gate;
+    ev::Profiler profiler;
+    s1.wait(gate);  // a wait
+    ev::Tensor x;
+    {
+      ev::StreamGuard guard(s1);
+      x = ev::add(a, a);
+    }
+    ev::Event marker;
+    marker.record(s2);  // a marker
+    gate.set();
+    x.wait();
+    marker.wait();
+    ev::Profile p = profiler.stop();
+    std::size_t waits = 0, markers = 0;
+    for (const ev::ProfiledOp& op : p.ops()) {
+      waits += op.is_wait;
+      markers += op.is_marker;
+    }
+    ASSERT_EQ(waits, 1u);
+    ASSERT_EQ(markers, 1u);
+    // What the CLI prints ("profile: 3 ops, ...") and Python's len(prof.ops) count: all of them.
+    const std::string summary = page_summary(p.timeline_html());
+    EXPECT_EQ(summary.rfind(std::to_string(p.ops().size()) + " ops (1 wait, 1 marker) on 2 streams · ", 0), 0u)
+        << summary;
+  });
+}
+
+// Of the arrows into one target, those from the ops that ended last are held_back, unless the
+// op before the target on its stream ended later still (then none is).
+void expect_held_back_marks_the_last_to_end(const ev::Profile& p) {
+  namespace prof = eventide::profile;
+  const prof::Layout layout = prof::lay_out(p);
+  const std::vector<prof::Arrow> arrows = prof::arrows(p, layout);
+  std::map<std::pair<int, std::size_t>, std::vector<const prof::Arrow*>> into;
+  for (const prof::Arrow& a : arrows) into[{static_cast<int>(a.to), a.index}].push_back(&a);
+  std::vector<std::optional<std::int64_t>> before(p.ops().size());
+  for (const prof::StreamTrack& t : layout.streams) {
+    std::optional<std::int64_t> previous;
+    for (std::size_t i : t.ops) {
+      before[i] = previous;
+      if (layout.spans[i]) previous = layout.spans[i]->end_ns;
+    }
+  }
+  for (const auto& [target, in] : into) {
+    std::optional<std::int64_t> last;
+    for (const prof::Arrow* a : in) {
+      if (const auto& span = layout.spans[a->from]) last = std::max(last.value_or(span->end_ns), span->end_ns);
+    }
+    const bool op = target.first == static_cast<int>(prof::Arrow::To::op);
+    const bool none = !last || (op && before[target.second] && *before[target.second] >= *last);
+    for (const prof::Arrow* a : in) {
+      const bool expected = !none && layout.spans[a->from] && layout.spans[a->from]->end_ns == *last;
+      EXPECT_EQ(a->held_back, expected) << "arrow from " << p.ops()[a->from].name << "#" << p.ops()[a->from].seq;
+    }
+  }
+}
+
+TEST(ProfilerTest, AnArrowIsHeldBackOnlyIfItsOpIsWhatItsTargetWaitedForLast) {
+  run_with_deadline([] {
+    ev::Stream a(ev::Device::cpu()), b(ev::Device::cpu()), c(ev::Device::cpu());
+    ev::UserEvent gate;
+    ev::Profiler profiler;
+    a.wait(gate);  // nothing of a runs before everything is enqueued
+    ev::Tensor x = slow_tensor(a, 2ms, 1.0f, {8, 8});
+    ev::Event x_done;
+    x_done.record(x);
+    // b is busy until 5 ms after x is made: its matmul reads x, but what it waited for last is
+    // b's own work.
+    b.enqueue("b_busy", [x_done] {
+      while (!x_done.poll()) std::this_thread::sleep_for(200us);
+      std::this_thread::sleep_for(5ms);
+    });
+    ev::Tensor y, z;
+    {
+      ev::StreamGuard guard(b);
+      y = ev::matmul(x, x);
+    }
+    {
+      ev::StreamGuard guard(c);  // nothing before it on c: x held it back
+      z = ev::matmul(x, x);
+    }
+    gate.set();
+    y.wait();
+    z.wait();
+    ev::Profile p = profiler.stop();
+    const ev::ProfiledOp* made_x = find_op(p, "slow_fill");
+    ASSERT_NE(made_x, nullptr);
+    namespace prof = eventide::profile;
+    const prof::Layout layout = prof::lay_out(p);
+    int into_b = 0, into_c = 0;
+    for (const prof::Arrow& arrow : prof::arrows(p, layout)) {
+      if (arrow.to != prof::Arrow::To::op || p.ops()[arrow.from].id != made_x->id) continue;
+      const ev::ProfiledOp& target = p.ops()[arrow.index];
+      if (target.name != "matmul") continue;
+      const bool on_b = std::any_of(layout.streams.begin(), layout.streams.end(), [&](const prof::StreamTrack& t) {
+        return t.stream == target.stream &&
+               std::any_of(t.ops.begin(), t.ops.end(), [&](std::size_t i) { return p.ops()[i].name == "b_busy"; });
+      });
+      (on_b ? into_b : into_c) += 1;
+      EXPECT_EQ(arrow.held_back, !on_b) << (on_b ? "b's matmul waited for b_busy last, not for x"
+                                                 : "c's matmul waited for x alone");
+    }
+    EXPECT_EQ(into_b, 1);
+    EXPECT_EQ(into_c, 1);
+    expect_held_back_marks_the_last_to_end(p);
+    expect_held_back_marks_the_last_to_end(rich_profile());
   });
 }
 

@@ -1024,17 +1024,79 @@ class TestTimeline:
         n_deps = sum(len(op["waits_for"]) for op in prof.ops)
         assert len(arrows) == n_deps + finished_host_wait_arrows(prof) + len(prof.callbacks)
         bars = page.all_bars()
-        for frm, to, _at_end, to_host in arrows:
+        for frm, to, _at_end, to_host, _held in arrows:
             assert bars[frm]["kind"] == "op"
             assert (bars[to]["kind"] in ("hostwait", "callback")) == bool(to_host)
+
+    def test_the_arrows_held_back_are_from_what_each_target_waited_for_last(self, gate: Gate):
+        prof = busy_profile(gate)
+        page = TimelinePage.parse(prof.timeline_html())
+        bars = page.all_bars()
+        end = lambda i: bars[i]["start-ns"] + bars[i]["dur-ns"]
+        # The end of the bar before each op's bar on its stream (its own work it waited for).
+        before: dict = {}
+        for lane in {b["lane"]["key"] for b in bars if b["kind"] in ("op", "wait")}:
+            on_lane = [b for b in bars if b["kind"] in ("op", "wait") and b["lane"]["key"] == lane]
+            on_lane.sort(key=lambda b: b["seq"])
+            for prev, b in zip(on_lane, on_lane[1:]):
+                before[b["index"]] = end(prev["index"])
+        into = defaultdict(list)
+        for a in page.arrows():
+            into[a[1]].append(a)
+        assert into
+        for to, arrows in into.items():
+            last = max(end(a[0]) for a in arrows)
+            none = bars[to]["kind"] in ("op", "wait") and before.get(to, -1) >= last
+            assert [bool(a[4]) for a in arrows] == [not none and end(a[0]) == last for a in arrows], (to, arrows)
+        # The host wait of `g` waited for the mul alone: that arrow held it back.
+        assert any(a[4] and bars[a[1]]["kind"] == "hostwait" for a in page.arrows())
+
+    def test_the_page_has_the_title_and_note_it_is_given(self, tmp_path: Path):
+        a = ready(8, 8)
+        with ev.profile() as prof:
+            wait(ev.add(a, a))
+        plain = prof.timeline_html()
+        assert "<h1>eventide timeline</h1>" in plain and 'class="note"' not in plain
+        html = prof.timeline_html(title="Adds <fast>", note="Look at the add & its wait.")
+        assert "<title>Adds &lt;fast&gt; · eventide timeline</title>" in html
+        assert "<h1>Adds &lt;fast&gt;</h1>" in html
+        assert '<p class="note">Look at the add &amp; its wait.</p>' in html
+        prof.export_timeline(tmp_path / "t.html", title="Adds <fast>", note="Look at the add & its wait.")
+        assert (tmp_path / "t.html").read_text(encoding="utf-8") == html
+        prof.profile.export_timeline(str(tmp_path / "u.html"), "Adds <fast>", "Look at the add & its wait.")
+        assert (tmp_path / "u.html").read_text(encoding="utf-8") == html
+        with pytest.raises(TypeError, match="title must be a str or None, got 3"):
+            prof.export_timeline(tmp_path / "v.html", title=3)
+        with pytest.raises(TypeError, match="note must be a str or None"):
+            prof.timeline_html(note=b"bytes")
+
+    def test_an_op_name_has_one_colour_on_every_page(self):
+        a = ready(8, 8)
+        with ev.profile() as first:
+            wait(ev.matmul(a, a))
+            wait(ev.add(a, a))
+            wait(ev.mul(a, a))
+        with ev.profile() as second:  # other names first: the colours do not follow the order
+            wait(ev.randn(8, 8))
+            wait(ev.mul(a, a))
+            wait(ev.add(a, a))
+            wait(ev.matmul(a, a))
+
+        def colours(prof: Any) -> dict:
+            return {b["data-name"]: b["fill"] for b in TimelinePage.parse(prof.timeline_html()).bars("op")}
+
+        one, two = colours(first), colours(second)
+        assert {n: one[n] for n in ("matmul", "add", "mul")} == {n: two[n] for n in ("matmul", "add", "mul")}
+        assert len({two[n] for n in ("matmul", "add", "mul", "randn")}) == 4  # eventide's own ops: one each
 
     def test_one_unit_for_the_whole_page(self, gate: Gate):
         prof = busy_profile(gate)
         page = TimelinePage.parse(prof.timeline_html())
         waits = sum(op["is_wait"] for op in prof.ops)
         streams = len({op["stream"] for op in prof.ops})
-        assert f"{len(prof.ops) - waits} ops, {waits} wait on {streams} streams" in page.text
-        assert f"{len(prof.records)} records · " in page.text
+        # The ops as len(prof.ops) and the CLI count them, waits among them.
+        assert f"{len(prof.ops)} ops ({waits} wait) on {streams} streams" in page.text
+        assert f"{len(prof.records)} event records · " in page.text
         # The unit follows the span drawn (µs under 10 ms, else ms), and every time written
         # on the page is in it.
         span_ns = page.data["t1"] - page.data["t0"]

@@ -809,27 +809,68 @@ struct Scenario {
   const char* title;
   const char* source;  // which point of the tutorial (docs/TUTORIAL.md) it shows
   void (*run)(const Context&);
+  const char* look_at;  // what its timeline page shows: the page's note under its title
 };
 
 const Scenario kScenarios[] = {
-    {"A new event is not completed", "tutorial point 1", new_event_is_not_completed},
-    {"Wait for an op to complete", "tutorial points 2, 3", wait_for_one_op},
-    {"One event tied to several ops", "tutorial point 2", one_event_several_ops},
-    {"Synchronize several ops: wait_all", "tutorial point 8", wait_all_events},
-    {"Analyse an op's performance: time_elapsed", "tutorial point 7", analyse_performance},
-    {"Check for completion: poll", "tutorial point 4", poll_loop},
-    {"Reset an event", "tutorial point 5", reset_event},
-    {"Attributes: completed and device", "tutorial point 6", attributes},
-    {"matmul is asynchronous", "tutorial point 9", matmul_is_asynchronous},
-    {"Device-wide synchronize", "tutorial point 10", device_synchronize},
-    {"Completion callback and a waiting thread", "tutorial point 11", completion_callback},
-    {"A custom event class with set() and wait()", "tutorial point 12", custom_event},
-    {"Waiting with a timeout: wait_for", "beyond the tutorial", timeouts},
-    {"Wait for the first of several: wait_any", "beyond the tutorial", wait_any_event},
-    {"A UserEvent gates a stream", "beyond the tutorial", user_event_gate},
-    {"Two streams overlap, joined by events", "beyond the tutorial", two_streams},
+    {"A new event is not completed", "tutorial point 1", new_event_is_not_completed,
+     "Nothing is drawn: an event never recorded has no work to wait for, so its wait() is "
+     "refused (StateError) instead of blocking for ever."},
+    {"Wait for an op to complete", "tutorial points 2, 3", wait_for_one_op,
+     "The matmul runs after its two randn inputs on stream 0; the host's e.wait() (grey) "
+     "starts as soon as they are enqueued and ends with the matmul."},
+    {"One event tied to several ops", "tutorial point 2", one_event_several_ops,
+     "Op 1 (the matmul on stream 0) ends while op 2 waits on stream 1 (hatched) for a gate "
+     "opened after out1.wait(); the event's wait, the second grey bar, ends only with op 2."},
+    {"Synchronize several ops: wait_all", "tutorial point 8", wait_all_events,
+     "Four randn inputs and two matmuls on one stream; wait_all's host waits (grey) end with"
+     "the first matmul, then with the second."},
+    {"Analyse an op's performance: time_elapsed", "tutorial point 7", analyse_performance,
+     "Matmuls of n/2, n and 2n (after a small warm-up): each bar is the time_elapsed() "
+     "printed, several times longer at each doubling of n, and each ends a host wait."},
+    {"Check for completion: poll", "tutorial point 4", poll_loop,
+     "No host-wait row: while the matmul ran, the host polled the event and did its own work"
+     "instead of blocking."},
+    {"Reset an event", "tutorial point 5", reset_event,
+     "The first matmul is waited for; the second, on stream 1 behind a gate (hatched), is "
+     "pending while reset() is refused, and runs once the gate is set."},
+    {"Attributes: completed and device", "tutorial point 6", attributes,
+     "One matmul after its inputs: the op that gave the event its device; the host waits for"
+     "it once."},
+    {"matmul is asynchronous", "tutorial point 9", matmul_is_asynchronous,
+     "The host waits for each input first; then the matmul's bar and the host's wait for it "
+     "start together: ev::matmul returned at once, and the host waited the whole op."},
+    {"Device-wide synchronize", "tutorial point 10", device_synchronize,
+     "Three matmuls on stream 0 and two on stream 1, each after its inputs, side by side; "
+     "synchronize() waits for each stream in turn (grey), ending with the last matmul of "
+     "each."},
+    {"Completion callback and a waiting thread", "tutorial point 11", completion_callback,
+     "The callbacks row: the completion callback runs on the runtime's callback thread as "
+     "soon as the matmul ends."},
+    {"A custom event class with set() and wait()", "tutorial point 12", custom_event,
+     "Each matmul's completion callback (callbacks row) runs as it ends and sets the "
+     "user-written MyEvent; the host blocks in MyEvent::wait, which the profiler does not "
+     "see."},
+    {"Waiting with a timeout: wait_for", "beyond the tutorial", timeouts,
+     "Stream 1 is held (hatched) behind a gate while wait_for(20ms) waits in vain; once the "
+     "gate is set its inputs and matmul run, and the host's wait ends with the matmul."},
+    {"Wait for the first of several: wait_any", "beyond the tutorial", wait_any_event,
+     "The free matmul on stream 0 runs at once and wait_any returns; the held one waits on "
+     "stream 1 (hatched) until gate.set(), and the host's wait_all ends with it."},
+    {"A UserEvent gates a stream", "beyond the tutorial", user_event_gate,
+     "Stream 1's matmul and add run only after go.set() and their inputs; on stream 2 the "
+     "UserEvent failed, so its wait and the matmul behind it fail (red outline) instead of "
+     "running."},
+    {"Two streams overlap, joined by events", "beyond the tutorial", two_streams,
+     "Left to right: the four inputs (randn, stream 0); stream 2's matmul while stream 1 is "
+     "held back (hatched); the baseline, six matmuls one after another on stream 0; then "
+     "three matmuls each on streams 1 and 2 at the same time, and stream 3 waiting (hatched) "
+     "for both before its add. Compare the overlap's length with the baseline's."},
     {"Gradients all-reduced while the next step computes", "beyond the tutorial",
-     all_reduce_overlaps_compute},
+     all_reduce_overlaps_compute,
+     "Each step on the compute stream is a matmul, then its gradients (fill); the other "
+     "stream waits (hatched) for each step's gradients, then all-reduces them while the next"
+     "step computes."},
 };
 
 // What went wrong, with the cause of an OpError.
@@ -860,7 +901,7 @@ class DemoProfile {
   }
 
   // Stops recording and writes the files; false (having said why) if that failed.
-  bool save() {
+  bool save(const ev::TimelineOptions& page) {
     if (!profiler_) return true;
     try {
       ev::Profile profile = profiler_->stop();
@@ -873,7 +914,7 @@ class DemoProfile {
                     "chrome://tracing)\n", options_.trace_path->c_str());
       }
       if (options_.timeline_path) {
-        profile.export_timeline(*options_.timeline_path);
+        profile.export_timeline(*options_.timeline_path, page);
         std::printf("  wrote %s (timeline: open it in a browser)\n",
                     options_.timeline_path->c_str());
       }
@@ -889,9 +930,32 @@ class DemoProfile {
   std::optional<ev::Profiler> profiler_;
 };
 
+// The timeline page's title and note: a scenario's own, or for several what the page holds.
+ev::TimelineOptions timeline_page(const std::vector<int>& ran, const Device& device) {
+  if (ran.size() == 1) {
+    const Scenario& sc = kScenarios[static_cast<std::size_t>(ran.front() - 1)];
+    return {"Scenario " + std::to_string(ran.front()) + ": " + sc.title + " (" + device.str() + ")",
+            sc.look_at};
+  }
+  std::string which;
+  if (ran.size() == std::size(kScenarios)) {
+    which = "scenarios 1 to " + std::to_string(ran.size());
+  } else {
+    for (int n : ran) which += (which.empty() ? "scenarios " : ", ") + std::to_string(n);
+  }
+  return {"eventide demo: " + which + " (" + device.str() + ")",
+          "The scenarios one after another, left to right, as the demo printed them; "
+          "`eventide demo --only N --timeline PAGE` draws one, with a note of what to look at."};
+}
+
 }  // namespace
 
 int demo_scenario_count() { return static_cast<int>(std::size(kScenarios)); }
+
+std::string demo_scenario_title(int number) {
+  const Scenario& sc = kScenarios[static_cast<std::size_t>(number - 1)];
+  return std::string(sc.title) + " (" + sc.source + ")";
+}
 
 int run_demo(const DemoOptions& options) {
   const Device device = options.device;
@@ -903,6 +967,7 @@ int run_demo(const DemoOptions& options) {
   }
   ev::manual_seed(2024);  // the same printed values on every run
   const int total = static_cast<int>(std::size(kScenarios));
+  std::vector<int> ran_numbers;
   std::string name = ev::device_info(device).name;
   std::printf("eventide %s demo on %s%s\n", std::string(ev::version()).c_str(),
               device.str().c_str(), name == device.str() ? "" : (" (" + name + ")").c_str());
@@ -918,6 +983,7 @@ int run_demo(const DemoOptions& options) {
       continue;
     }
     ++ran;
+    ran_numbers.push_back(i + 1);
     const Scenario& sc = kScenarios[i];
     std::printf("\n[%d/%d] %s  (%s)\n", i + 1, total, sc.title, sc.source);
     auto t0 = Clock::now();
@@ -937,7 +1003,7 @@ int run_demo(const DemoOptions& options) {
   }
 
   double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  const bool saved = profile.save();
+  const bool saved = profile.save(timeline_page(ran_numbers, device));
   if (failed.empty()) {
     if (ran == total) {
       std::printf("\nsummary: all %d scenarios passed on %s in %.1f ms\n", total,
