@@ -1,6 +1,7 @@
 # Benchmarking a function, as with cupyx.profiler.benchmark: warm-up runs, then timed runs each
-# between two markers on the current stream. CPU is the host's time for the call (enqueueing
-# the work); the device's column is the time the stream spent between the markers (the work).
+# between two markers on the current stream. "host" is the host's time for the call (enqueueing
+# the work); "device (cpu)" (or cuda:0) is the time the stream spent between the markers (the
+# work).
 import sys
 
 import eventide as ev

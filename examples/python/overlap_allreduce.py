@@ -5,7 +5,8 @@ communication the compute hid, and writes one trace per rank.
     mpirun -np 2 python3 examples/python/overlap_allreduce.py    # a rank per GPU, or CPU ranks
     python3 examples/python/overlap_allreduce.py                  # one rank (MPI's singleton)
 
-Merge the ranks' traces onto one clock with `eventide trace merge` (docs/SCALE_OUT.md).
+Merge the ranks' traces onto one clock with `eventide trace merge -o job.json TRACE...` (the
+paths it prints; docs/SCALE_OUT.md).
 """
 
 import os

@@ -26,7 +26,7 @@
 //   auto a = eventide::randn({512, 512}), b = eventide::randn({512, 512});
 //   eventide::BenchmarkResult r = eventide::benchmark([&] { eventide::matmul(a, b); },
 //                                                     {.n_repeat = 100, .name = "matmul"});
-//   std::cout << r.str() << "\n";  // matmul : CPU: 12.3 us +/- 1.1 (min: ... / max: ...) us  ...
+//   std::cout << r.str() << "\n";  // matmul : host: 12.3 us +/- 1.1 (min: ... / max: ...) us  ...
 // @endcode
 #pragma once
 
@@ -87,8 +87,9 @@ struct BenchmarkResult {
 
   BenchmarkStats host_stats() const { return summarize(host_times); }
   BenchmarkStats device_stats() const { return summarize(device_times); }
-  // "matmul : CPU:   12.345 us +/-  1.234 (min:   10.100 / max:   20.200) us    cpu:   45.678
-  // us +/- ..." (CPU: the host's time; then the device's, by its name).
+  // One line, with no line end (print it with one, as Python's print does): "matmul : host:
+  // 12.345 us +/- 1.234 (min: 10.100 / max: 20.200) us    device (cpu): 45.678 us +/- ..."
+  // (the host's time of each call, then the device's time between its markers).
   std::string str() const;
 };
 

@@ -154,7 +154,9 @@ BenchmarkStats summarize(const std::vector<Micros>& times) {
 
 std::string BenchmarkResult::str() const {
   if (host_times.empty()) return name + " : no runs";
-  return name + " : " + column("CPU", host_stats()) + "    " + column(device.str(), device_stats());
+  // "host" and "device (cpu)": on the CPU, "CPU" and "cpu" told them apart by case alone.
+  return name + " : " + column("host", host_stats()) + "    " +
+         column("device (" + device.str() + ")", device_stats());
 }
 
 BenchmarkResult benchmark(const std::function<void()>& fn, const BenchmarkOptions& options) {

@@ -58,9 +58,13 @@ TEST(BenchmarkTest, StrNamesHostThenDeviceTime) {
   run_with_deadline([] {
     ev::BenchmarkResult r = ev::benchmark([] {}, {.n_repeat = 2, .n_warmup = 0, .name = "noop"});
     const std::string text = r.str();
-    EXPECT_EQ(text.rfind("noop : CPU:", 0), 0u) << text;
-    EXPECT_NE(text.find("cpu:"), std::string::npos) << text;
+    // "host" and "device (cpu)": "CPU" and "cpu" told them apart by case alone.
+    EXPECT_EQ(text.rfind("noop : host: ", 0), 0u) << text;
+    EXPECT_NE(text.find("    device (cpu): "), std::string::npos) << text;
+    EXPECT_EQ(text.find("CPU"), std::string::npos) << text;
     EXPECT_NE(text.find("us +/-"), std::string::npos) << text;
+    // One line, no line end: printed with one ("\n", Python's print), as the README does.
+    EXPECT_EQ(text.find('\n'), std::string::npos) << text;
   });
 }
 

@@ -3,7 +3,8 @@
 // `eventide trace merge` puts their traces into one; the result is read back with nlohmann's
 // parser (not the library's writer) and checked: processes renumbered and sorted by rank,
 // named by rank, every time shifted by its trace's clock offset, arrows kept apart; and the
-// errors (unreadable, not JSON, not eventide's, two traces of one rank).
+// errors (unreadable, not JSON, not eventide's, two traces of one rank), and that no input is
+// ever written to (the output is named by -o alone, and is never one of the inputs).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -11,10 +12,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -77,7 +80,7 @@ class TraceMergeTest : public ::testing::Test {
   }
 
   Ran merge(const fs::path& out, const std::vector<fs::path>& inputs) {
-    std::string command = std::string(EVENTIDE_CLI) + " trace merge " + q(out);
+    std::string command = std::string(EVENTIDE_CLI) + " trace merge -o " + q(out);
     for (const fs::path& in : inputs) command += " " + q(in);
     return run(command);
   }
@@ -92,6 +95,13 @@ std::vector<double> times(const json& trace) {
     if (e.contains("ts")) t.push_back(e["ts"].get<double>());
   }
   return t;
+}
+
+std::string bytes_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 std::map<int, std::string> process_names(const json& trace) {
@@ -251,8 +261,22 @@ TEST_F(TraceMergeTest, ClearErrorsForInputsThatCannotBeMerged) {
   fs::path out = dir_ / "merged.json";
   Ran dup = merge(out, {r0, again});
   EXPECT_EQ(dup.status, 1);
-  EXPECT_NE(dup.output.find("are both rank 0"), std::string::npos) << dup.output;
-  EXPECT_NE(dup.output.find("again.json"), std::string::npos) << dup.output;
+  EXPECT_NE(dup.output.find("eventide trace merge: " + r0.string() + " and " + again.string() +
+                            " are both labelled rank 0: merge one trace per rank (each process "
+                            "labels itself with set_process_label)\n"),
+            std::string::npos)
+      << dup.output;
+  EXPECT_FALSE(fs::exists(out));
+  // One rank by its label, one by its place in the list (it has none): each said.
+  fs::path unlabelled = write("unlabelled.json", -1, 0, 0);
+  Ran mixed = merge(out, {unlabelled, again});
+  EXPECT_EQ(mixed.status, 1);
+  EXPECT_NE(mixed.output.find(unlabelled.string() + " and " + again.string() + " are both rank 0 (" +
+                              unlabelled.string() + " by its place in the list, having no label; " +
+                              again.string() + " by its label): merge one trace per rank, or label "
+                              "each process with set_process_label\n"),
+            std::string::npos)
+      << mixed.output;
   EXPECT_FALSE(fs::exists(out));
 
   Ran missing = merge(out, {r0, dir_ / "no-such.json"});
@@ -272,6 +296,58 @@ TEST_F(TraceMergeTest, ClearErrorsForInputsThatCannotBeMerged) {
   EXPECT_NE(other.output.find("foreign.json: not a trace of eventide's profiler"), std::string::npos)
       << other.output;
 
-  Ran usage = run(std::string(EVENTIDE_CLI) + " trace merge " + q(out));
+  Ran usage = run(std::string(EVENTIDE_CLI) + " trace merge -o " + q(out));
   EXPECT_EQ(usage.status, 2) << usage.output;
+}
+
+TEST_F(TraceMergeTest, TheLongOptionNamesTheOutputToo) {
+  fs::path r0 = write("r0.json", 0, 2, 0), r1 = write("r1.json", 1, 2, 0);
+  fs::path out = dir_ / "merged.json";
+  Ran m = run(std::string(EVENTIDE_CLI) + " trace merge " + q(r0) + " --output " + q(out) + " " + q(r1));
+  ASSERT_EQ(m.status, 0) << m.output;
+  EXPECT_NE(m.output.find("merged 2 traces (ranks 0, 1) into " + out.string()), std::string::npos) << m.output;
+  EXPECT_EQ(read_json(out)["otherData"]["ranks"].size(), 2u);
+}
+
+// `trace merge r0.json r1.json` took r0.json as the output, overwrote it with r1's trace and
+// exited 0. Without -o every name is an input: the call is refused, saying how to name the
+// output, and nothing is written.
+TEST_F(TraceMergeTest, WithoutDashOTheCallIsRefusedAndNoInputIsWritten) {
+  fs::path r0 = write("r0.json", 0, 2, 0), r1 = write("r1.json", 1, 2, 0);
+  const std::string before0 = bytes_of(r0), before1 = bytes_of(r1);
+  Ran old = run(std::string(EVENTIDE_CLI) + " trace merge " + q(r0) + " " + q(r1));
+  EXPECT_EQ(old.status, 2) << old.output;
+  EXPECT_NE(old.output.find("eventide trace merge: no output named: name it with -o (eventide trace merge "
+                            "-o merged.json " + r0.string() + " " + r1.string() + ")"),
+            std::string::npos)
+      << old.output;
+  EXPECT_NE(old.output.find("usage: eventide trace merge"), std::string::npos) << old.output;
+  EXPECT_EQ(bytes_of(r0), before0);
+  EXPECT_EQ(bytes_of(r1), before1);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 2) << "nothing written";
+}
+
+// The output is refused when it is one of the inputs by another name too: the same path, a
+// "./" or "dir/../" spelling, a hard link, a symbolic link. Exit status 2, the input's bytes
+// unchanged.
+TEST_F(TraceMergeTest, AnOutputThatIsOneOfTheInputsIsRefusedWhateverItsName) {
+  fs::path r0 = write("r0.json", 0, 2, 0), r1 = write("r1.json", 1, 2, 0);
+  const std::string before0 = bytes_of(r0), before1 = bytes_of(r1);
+  fs::path hard = dir_ / "hard.json", soft = dir_ / "soft.json";
+  fs::create_hard_link(r1, hard);
+  fs::create_symlink(r0, soft);
+  const std::vector<std::pair<fs::path, fs::path>> cases = {
+      {r0, r0}, {r1, r1}, {dir_ / "." / "r0.json", r0}, {dir_ / "sub" / ".." / "r1.json", r1}, {hard, r1}, {soft, r0}};
+  fs::create_directories(dir_ / "sub");
+  for (const auto& [out, same] : cases) {
+    Ran m = merge(out, {r0, r1});
+    EXPECT_EQ(m.status, 2) << out << ": " << m.output;
+    EXPECT_NE(m.output.find("eventide trace merge: the output " + out.string() + " is the input " +
+                            same.string() + " (the same file): writing it would destroy that trace; "
+                            "name a new file with -o"),
+              std::string::npos)
+        << m.output;
+    EXPECT_EQ(bytes_of(r0), before0) << out;
+    EXPECT_EQ(bytes_of(r1), before1) << out;
+  }
 }

@@ -73,9 +73,11 @@ def test_statistics_are_consistent():
 def test_str_reads_like_cupy_with_host_then_device_time():
     r = call_with_timeout(lambda: ev.benchmark(lambda: None, n_repeat=3, n_warmup=0, name="noop"))
     text = str(r)
-    assert text.startswith("noop : CPU:"), text
+    # "host" and "device (cpu)": "CPU" and "cpu" told them apart by case alone.
+    assert text.startswith("noop : host: "), text
     assert "us +/-" in text and "(min:" in text and "/ max:" in text
-    assert "cpu:" in text.split("CPU:", 1)[1]
+    assert "    device (cpu): " in text.split("host: ", 1)[1] and "CPU" not in text, text
+    assert "\n" not in text, "one line: print() ends it"
     assert repr(r) == text
 
 

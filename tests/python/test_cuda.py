@@ -498,7 +498,7 @@ def test_benchmark_times_gpu_work_between_markers_on_the_current_stream():
     assert all(t > 0 for t in r.device_times_us)
     # 2 GFLOP: more than a microsecond on any GPU, far less than a second.
     assert 1 < r.device_stats["p50"] < 1e6, r.device_stats
-    assert str(r).startswith("matmul : CPU:") and "cuda:0:" in str(r)
+    assert str(r).startswith("matmul : host: ") and "device (cuda:0): " in str(r)
 
 
 def test_astype_converts_bfloat16_and_float16_on_the_gpu():

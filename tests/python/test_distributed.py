@@ -93,7 +93,7 @@ def test_the_overlap_example_writes_a_trace_per_rank_that_merge_puts_on_one_cloc
     if not cli.exists():
         pytest.skip(f"the eventide program is not built ({cli})")
     merged = tmp_path / "merged.json"
-    m = subprocess.run([str(cli), "trace", "merge", str(merged), *map(str, traces)],
+    m = subprocess.run([str(cli), "trace", "merge", "-o", str(merged), *map(str, traces)],
                        capture_output=True, text=True, timeout=60)
     assert m.returncode == 0, m.stdout + m.stderr
     import json

@@ -1,6 +1,7 @@
 """A process's label in its traces, and the traces of several processes merged on one clock
 (issue 14): ev.set_process_label, Profile.start_ns / process_label, the trace's otherData, and
-`eventide trace merge` over traces written by two processes of a pretend job.
+`eventide trace merge -o OUT IN...` over traces written by two processes of a pretend job; the
+output is named by -o alone and is never one of the inputs.
 """
 
 import json
@@ -91,7 +92,7 @@ def test_two_processes_merged_on_one_clock_sorted_by_rank(tmp_path):
     r1 = write_trace(tmp_path / "r1.json", 1, 0)
     r0 = write_trace(tmp_path / "r0.json", 0, offset)
     out = tmp_path / "merged.json"
-    done = subprocess.run([str(CLI), "trace", "merge", str(out), str(r1), str(r0)],
+    done = subprocess.run([str(CLI), "trace", "merge", "-o", str(out), str(r1), str(r0)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "merged 2 traces (ranks 0, 1)" in done.stdout
@@ -115,12 +116,35 @@ def test_two_processes_merged_on_one_clock_sorted_by_rank(tmp_path):
     assert timed(merged) == pytest.approx(want, abs=1e-3)
     assert (origin0 - start) / 1e3 > 2.9e6
 
-    # Two traces of one rank: an error naming both files.
+    # Two traces of one rank: an error naming both files, and how each got its rank.
     again = write_trace(tmp_path / "again.json", 0, 0)
-    dup = subprocess.run([str(CLI), "trace", "merge", str(tmp_path / "x.json"), str(r0), str(again)],
+    dup = subprocess.run([str(CLI), "trace", "merge", "-o", str(tmp_path / "x.json"), str(r0), str(again)],
                          capture_output=True, text=True, timeout=60)
     assert dup.returncode == 1
-    assert "are both rank 0" in dup.stderr and "again.json" in dup.stderr
+    assert dup.stderr == (f"eventide trace merge: {r0} and {again} are both labelled rank 0: merge one "
+                          "trace per rank (each process labels itself with set_process_label)\n"), dup.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+@needs_cli
+def test_no_input_is_ever_overwritten(tmp_path):
+    # `trace merge r0.json r1.json` took r0.json as the output and overwrote it, exit status 0.
+    r0 = write_trace(tmp_path / "r0.json", 0, 0)
+    r1 = write_trace(tmp_path / "r1.json", 1, 0)
+    before = {p: p.read_bytes() for p in (r0, r1)}
+    old = subprocess.run([str(CLI), "trace", "merge", str(r0), str(r1)],
+                         capture_output=True, text=True, timeout=60)
+    assert old.returncode == 2, old.stdout + old.stderr
+    assert "no output named: name it with -o" in old.stderr and "usage: eventide trace merge" in old.stderr
+    # An output that is an input, by its own name or another (a link): refused as well.
+    (tmp_path / "link.json").symlink_to(r1)
+    for out in (r0, f"{tmp_path}/./r1.json", tmp_path / "link.json"):  # (pathlib drops the "./")
+        same = subprocess.run([str(CLI), "trace", "merge", "-o", str(out), str(r0), str(r1)],
+                              capture_output=True, text=True, timeout=60)
+        assert same.returncode == 2, same.stdout + same.stderr
+        assert f"the output {out} is the input" in same.stderr and "name a new file with -o" in same.stderr
+    assert {p: p.read_bytes() for p in (r0, r1)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "r0.json", "r1.json"]
 
 
 @pytest.mark.parametrize("text, words", [
@@ -138,7 +162,7 @@ def test_malformed_inputs_are_refused_naming_the_file_and_the_field(tmp_path, te
     good = tmp_path / "good.json"
     good.write_text('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "pid": 1, "name": "a"}], '
                     '"otherData": {"start_ns": 1}}')
-    r = subprocess.run([str(CLI), "trace", "merge", str(tmp_path / "out.json"), str(bad), str(good)],
+    r = subprocess.run([str(CLI), "trace", "merge", "-o", str(tmp_path / "out.json"), str(bad), str(good)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "bad.json" in r.stderr and words in r.stderr, r.stderr

@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <regex>
 #include <string>
@@ -143,6 +145,28 @@ int redraw(const BenchOptions& options, const fs::path& out_dir, bool is_default
   return write_reports(out_dir, is_default, run, false) ? kExitOk : kExitFailed;
 }
 
+bool has_named(const std::vector<bench::Benchmark>& suite, const std::string& name) {
+  return std::any_of(suite.begin(), suite.end(), [&](const bench::Benchmark& b) { return b.name == name; });
+}
+
+// `--list`: the benchmarks of the run asked for, and after them those that the other kind of
+// run (full or --quick) makes instead, each of them marked, since the two differ (the quick
+// run's matrices are smaller: on the CPU, matmul.f32.n512 instead of n1024 and n2048). `kept`
+// says which names the filter kept.
+void list_benchmarks(const BenchOptions& options, const std::vector<bench::Benchmark>& suite,
+                     const std::function<bool(const std::string&)>& kept) {
+  const std::vector<bench::Benchmark> other = bench::suite_for({options.device, !options.quick});
+  const char* only_here = options.quick ? "(--quick only)" : "(full run only)";
+  const char* only_there = options.quick ? "(full run only)" : "(--quick only)";
+  auto line = [](const bench::Benchmark& b, const char* mark) {
+    std::printf("%-20s %s%s%s\n", b.name.c_str(), b.what.c_str(), *mark ? "  " : "", mark);
+  };
+  for (const bench::Benchmark& b : suite) line(b, has_named(other, b.name) ? "" : only_here);
+  for (const bench::Benchmark& b : other) {
+    if (kept(b.name) && !has_named(suite, b.name)) line(b, only_there);
+  }
+}
+
 std::string names_of(const std::vector<bench::Benchmark>& suite) {
   std::string names;
   for (const bench::Benchmark& b : suite) names += (names.empty() ? "" : ", ") + b.name;
@@ -162,11 +186,12 @@ int run_bench(const BenchOptions& options) {
     std::fprintf(stderr, "eventide bench: %s\n", e.what());
     return kExitUsage;
   }
+  const std::regex re(options.filter ? *options.filter : std::string());  // main.cpp checked its syntax
+  auto selected = [&](const std::string& name) { return !options.filter || std::regex_search(name, re); };
   if (options.filter) {
-    const std::regex re(*options.filter);  // main.cpp checked its syntax
     std::vector<bench::Benchmark> kept;
     for (bench::Benchmark& b : suite) {
-      if (std::regex_search(b.name, re)) kept.push_back(std::move(b));
+      if (selected(b.name)) kept.push_back(std::move(b));
     }
     if (kept.empty()) {
       // A filter that selects nothing is a mistake worth stopping for (a typo would otherwise
@@ -180,7 +205,7 @@ int run_bench(const BenchOptions& options) {
     suite = std::move(kept);
   }
   if (options.list) {
-    for (const bench::Benchmark& b : suite) std::printf("%-20s %s\n", b.name.c_str(), b.what.c_str());
+    list_benchmarks(options, suite, selected);
     return kExitOk;
   }
   // Make the output folder first: finding out it cannot be written after the run would waste it.

@@ -13,6 +13,8 @@ DIR/bench.md and checks:
     right; the legend and the heading name the p99;
   - the text written beside each bar is the table's cell for that series, and the table's
     numbers are the JSON's;
+  - no goal line runs through a value label: each label of a figure with a goal starts right
+    of its dashed line;
   - with --doc: the SVG committed in the docs is the one drawn from that JSON, byte for byte,
     and the Markdown file (docs/PERFORMANCE.md) holds the generated table's rows verbatim.
 
@@ -130,6 +132,11 @@ def check_pair(run_json: dict, svg_text: str, md_text: str, what: str) -> int:
         return out
 
     rects, whiskers, values = drawn("rect", "bar"), drawn("path", "p99"), drawn("text", "value")
+    goals = {el.get("data-figure"): float(el.get("x1")) for el in root.iter(SVG + "line")
+             if el.get("class") == "goal" and el.get("data-figure") is not None}
+    for f in figures:
+        if f.get("goal_value"):
+            check(f["name"] in goals, f"{what}: {f['name']}: its goal ({f['goal_value']}) is not drawn")
     rows = {r[0]: r for r in table_rows(md_text)}
     check(len(rows) == len(figures), f"{what}: {len(rows)} table rows for {len(figures)} figures")
     n_whiskers = 0
@@ -158,6 +165,12 @@ def check_pair(run_json: dict, svg_text: str, md_text: str, what: str) -> int:
                   f"{what}: {key}: the chart writes {text!r}, the table {expected!r}")
             if n == 0:
                 check(text == row[1], f"{what}: {key}: the chart writes {text!r}, the table {row[1]!r}")
+            if f["name"] in goals:
+                # A label starting left of the line would run across it: the line is under the
+                # label's text wherever the text is longer than the gap.
+                check(float(values[key].get("x")) > goals[f["name"]],
+                      f"{what}: {key}: the label {text!r} at x={values[key].get('x')} starts left of "
+                      f"the goal line at x={goals[f['name']]}, which then crosses it")
             if bar.get("p99") is None:
                 check(key not in whiskers, f"{what}: {key}: a whisker without a p99")
                 continue

@@ -19,11 +19,14 @@ int run_info() {
   }
   if (!is_available(Device::cuda(0))) {
     // Why there is no GPU, in the words of the runtime (no CUDA backend in this build, no
-    // driver, no device).
+    // driver, no device), without its "device cuda:0 is not available: ", which the line says.
     try {
       device_info(Device::cuda(0));
     } catch (const Error& e) {
-      std::printf("  (no cuda device: %s)\n", e.what());
+      std::string why = e.what();
+      const std::string prefix = "device cuda:0 is not available: ";
+      if (why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
+      std::printf("  %-8s none: %s\n", "cuda", why.c_str());
     }
   }
 

@@ -1,4 +1,4 @@
-// `eventide trace merge OUT IN...`: the Chrome traces of several processes of one job (one
+// `eventide trace merge -o OUT IN...`: the Chrome traces of several processes of one job (one
 // per rank, each written by Profile::export_chrome_trace) as one trace on one clock.
 //
 // Each input must be eventide's (its "otherData" has "start_ns", the profile's start on the
@@ -8,7 +8,11 @@
 // (inputs sorted by rank), named "rank R · ..." and sorted by rank; its flow ids are
 // renumbered so that arrows of different ranks never join. An input without a rank takes its
 // position on the command line as its rank (two processes profiled without a label); two
-// inputs of one rank are an error.
+// inputs of one rank are an error. The output is never one of the inputs (the same file by
+// device and inode, whatever the path says: a link, "./r0.json"), and it is written only
+// after every input has been read and checked.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -112,9 +116,33 @@ Input read_input(const std::string& path, int position) {
   return input;
 }
 
+// How `in` got its rank, for the message about two inputs of one rank.
+std::string how_ranked(const Input& in) {
+  return in.path + (in.rank_given ? " by its label" : " by its place in the list, having no label");
+}
+
+// The input that `output` names, by file identity (device and inode), or null. An output that
+// does not exist yet is none of them: an input that does not exist fails to be read anyway.
+const std::string* input_named_by(const std::string& output, const std::vector<std::string>& inputs) {
+  struct stat out {};
+  if (::stat(output.c_str(), &out) != 0) return nullptr;
+  for (const std::string& in : inputs) {
+    struct stat st {};
+    if (::stat(in.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino) return &in;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 int run_trace_merge(const TraceMergeOptions& options) {
+  if (const std::string* same = input_named_by(options.output, options.inputs)) {
+    std::fprintf(stderr,
+                 "eventide trace merge: the output %s is the input %s (the same file): writing it "
+                 "would destroy that trace; name a new file with -o\n",
+                 options.output.c_str(), same->c_str());
+    return kExitUsage;
+  }
   std::vector<Input> inputs;
   try {
     for (std::size_t i = 0; i < options.inputs.size(); ++i) {
@@ -127,15 +155,21 @@ int run_trace_merge(const TraceMergeOptions& options) {
   std::stable_sort(inputs.begin(), inputs.end(),
                    [](const Input& a, const Input& b) { return a.rank < b.rank; });
   for (std::size_t i = 1; i < inputs.size(); ++i) {
-    if (inputs[i].rank == inputs[i - 1].rank) {
-      auto how = [](const Input& in) {
-        return in.rank_given ? std::string(" (its label)") : std::string(" (its place in the list: it has no rank)");
-      };
-      std::fprintf(stderr, "eventide trace merge: %s and %s are both rank %d%s%s: one trace per rank\n",
-                   inputs[i - 1].path.c_str(), inputs[i].path.c_str(), inputs[i].rank,
-                   how(inputs[i - 1]).c_str(), how(inputs[i]).c_str());
-      return kExitFailed;
+    const Input& a = inputs[i - 1];
+    const Input& b = inputs[i];
+    if (a.rank != b.rank) continue;
+    if (a.rank_given && b.rank_given) {
+      std::fprintf(stderr,
+                   "eventide trace merge: %s and %s are both labelled rank %d: merge one trace per "
+                   "rank (each process labels itself with set_process_label)\n",
+                   a.path.c_str(), b.path.c_str(), a.rank);
+    } else {
+      std::fprintf(stderr,
+                   "eventide trace merge: %s and %s are both rank %d (%s; %s): merge one trace per "
+                   "rank, or label each process with set_process_label\n",
+                   a.path.c_str(), b.path.c_str(), a.rank, how_ranked(a).c_str(), how_ranked(b).c_str());
     }
+    return kExitFailed;
   }
   std::int64_t t0 = inputs.front().origin_ns;
   for (const Input& in : inputs) t0 = std::min(t0, in.origin_ns);

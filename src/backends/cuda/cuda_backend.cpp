@@ -1,6 +1,8 @@
 #include "backends/cuda/cuda_backend.hpp"
 
+#include <cstdlib>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -22,7 +24,12 @@ namespace {
 
 using detail::StreamState;
 
-std::string g_why_none;  // why discover() found no device
+// What discover() found, for why_unavailable: why there is no device at all (empty where
+// there are some), how many cudaGetDeviceCount counted, and why those it counted but could not
+// set up failed. Written once, by discover(), before any reader.
+std::string g_why_none;
+int g_device_count = 0;
+std::map<int, std::string> g_setup_failures;
 
 // cudaEvent_t through the core's NativeEvents (Event::from_native, Event::native_handle).
 class CudaNativeEvents final : public detail::NativeEvents {
@@ -223,34 +230,86 @@ class CudaBackend final : public detail::DeviceBackend {
 
 }  // namespace
 
+std::string explain_no_device(cudaError_t status, int driver_version, int runtime_version,
+                              const char* visible_devices) {
+  // CUDA's name for what it said goes right after the words that explain it.
+  const std::string code = " (cudaGetDeviceCount: " + std::string(cudaGetErrorName(status)) + " = " +
+                           std::to_string(static_cast<int>(status)) + ")";
+  const std::string use_cpu = "use the CPU, device \"cpu\" (EVENTIDE_DEVICE=cpu makes it the default)";
+  const std::string none_here = ", so there are no cuda:N devices here: " + use_cpu;
+  auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  // The runtime reads a missing libcuda as a driver too old for it; cudaDriverGetVersion
+  // tells the two apart (0: no driver).
+  if (status == cudaErrorInsufficientDriver && driver_version == 0) {
+    return "no NVIDIA driver or GPU was found on this machine" + code + none_here;
+  }
+  if (status == cudaErrorNoDevice || status == cudaSuccess) {  // success: a count of 0
+    if (visible_devices != nullptr) {
+      return std::string("no GPU that CUDA_VISIBLE_DEVICES=\"") + visible_devices + "\" names was found" +
+             code + none_here;
+    }
+    return "no NVIDIA GPU was found on this machine (its NVIDIA driver, for CUDA " + version(driver_version) +
+           ", sees none)" + code + none_here;
+  }
+  if (status == cudaErrorStubLibrary) {
+    return "no NVIDIA driver was found on this machine, only the CUDA toolkit's stub libcuda, for "
+           "linking only" + code + none_here;
+  }
+  if (status == cudaErrorInsufficientDriver) {
+    return "the NVIDIA driver supports CUDA up to " + version(driver_version) + ", older than the CUDA " +
+           version(runtime_version) + " runtime of this build of eventide" + code +
+           ": update the driver, or " + use_cpu;
+  }
+  return "no CUDA device could be used: " + describe(status) + "; " + use_cpu;
+}
+
+std::string explain_missing_device(int count, const char* visible_devices) {
+  std::string have;
+  if (count <= 0) {
+    have = "no CUDA device";
+  } else if (count == 1) {
+    have = "1 CUDA device, cuda:0";
+  } else if (count == 2) {
+    have = "2 CUDA devices, cuda:0 and cuda:1";
+  } else {
+    have = std::to_string(count) + " CUDA devices, cuda:0 to cuda:" + std::to_string(count - 1);
+  }
+  if (visible_devices != nullptr) {
+    return "this process sees " + have + " (CUDA_VISIBLE_DEVICES=" + visible_devices +
+           ", numbered from 0 in that order)";
+  }
+  return "this machine has " + have;
+}
+
 std::vector<std::unique_ptr<detail::DeviceBackend>> discover() {
   std::vector<std::unique_ptr<detail::DeviceBackend>> out;
   int count = 0;
   cudaError_t st = cudaGetDeviceCount(&count);
-  if (st != cudaSuccess) {
+  if (st != cudaSuccess || count == 0) {
     (void)cudaGetLastError();
-    g_why_none = "no CUDA device could be used: " + describe(st);
+    int driver_version = 0, runtime_version = 0;
+    (void)cudaDriverGetVersion(&driver_version);
+    (void)cudaRuntimeGetVersion(&runtime_version);
+    g_why_none = explain_no_device(st, driver_version, runtime_version, std::getenv("CUDA_VISIBLE_DEVICES"));
     return out;
   }
-  if (count == 0) {
-    g_why_none = "no CUDA device is present";
-    return out;
-  }
+  g_device_count = count;
   for (int i = 0; i < count; ++i) {
     try {
       out.push_back(std::make_unique<CudaBackend>(i));
     } catch (const std::exception& e) {
-      g_why_none += "cuda:" + std::to_string(i) + " could not be set up: " + e.what() + "; ";
+      g_setup_failures[i] = e.what();
     }
   }
   return out;
 }
 
-std::string why_unavailable(Device) {
+std::string why_unavailable(Device device) {
   if (!g_why_none.empty()) return g_why_none;
-  int count = 0;
-  cudaGetDeviceCount(&count);
-  return "this machine has " + std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s");
+  if (auto failed = g_setup_failures.find(device.index()); failed != g_setup_failures.end()) {
+    return device.str() + " was found but could not be set up: " + failed->second;
+  }
+  return explain_missing_device(g_device_count, std::getenv("CUDA_VISIBLE_DEVICES"));
 }
 
 namespace {

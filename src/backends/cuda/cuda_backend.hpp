@@ -4,6 +4,8 @@
 // (cuda_kernels.cu); op times come from CUPTI (cuda_timing.hpp).
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +18,20 @@ namespace eventide::backends::cuda {
 // a driver.
 std::vector<std::unique_ptr<detail::DeviceBackend>> discover();
 std::string why_unavailable(Device device);
+
+// The words of why_unavailable, as pure functions of what CUDA said, so that a test on a
+// machine of either kind can check each case. Why there is no device at all, from
+// cudaGetDeviceCount's status (cudaSuccess: it counted 0), cudaDriverGetVersion's version (0:
+// no driver) and CUDA_VISIBLE_DEVICES (null: unset). Without a driver, CUDA's own text is
+// "CUDA driver version is insufficient for CUDA runtime version", which reads as "update the
+// driver"; these say what is missing and what to use instead, CUDA's error name last, in
+// parentheses.
+std::string explain_no_device(cudaError_t status, int driver_version, int runtime_version,
+                              const char* visible_devices);
+// Why a cuda:N past the last of the `count` devices there are is not available, for the
+// runtime's "device cuda:7 is not available: ..." (`visible_devices`: the value of
+// CUDA_VISIBLE_DEVICES, or null where it is unset).
+std::string explain_missing_device(int count, const char* visible_devices);
 
 // The CUDA backend as the core sees it (core/backend.hpp): kind "cuda", one device per GPU,
 // the default device where there is one.
