@@ -54,6 +54,7 @@ from ._eventide import (  # noqa: F401  (re-exported)
     default_stream,
     device_info,
     devices,
+    div,
     dtype,
     empty,
     empty_cache,
@@ -78,6 +79,7 @@ from ._eventide import (  # noqa: F401  (re-exported)
     set_allow_tf32,
     set_process_label,
     stream_priority_range,
+    sub,
     synchronize,
     tensor,
     zeros,
@@ -95,12 +97,12 @@ __all__ = [
     "BenchmarkResult", "benchmark", "cast", "Device", "DeviceError", "Event", "EventideError", "EventStateError", "InvalidArgumentError",
     "OpError", "Profile", "Profiler", "Stream", "Tensor", "UserEvent", "add", "allow_tf32",
     "bfloat16", "current_stream", "default_device", "default_stream", "device_info", "devices",
-    "distributed", "dtype", "empty", "empty_cache", "export_event", "ExportedEvent", "float16", "float32", "float64",
+    "distributed", "div", "dtype", "empty", "empty_cache", "export_event", "ExportedEvent", "float16", "float32", "float64",
     "from_dlpack", "from_numpy", "full", "import_event", "int32",
     "int64", "is_available", "manual_seed", "matmul", "mul", "ones", "process_label", "profile",
     "rand", "randn", "range",
     "set_allow_tf32", "set_process_label", "stream", "stream_priority_range",
-    "synchronize", "tensor",
+    "sub", "synchronize", "tensor",
     "wait_all", "wait_all_async", "wait_any", "wait_any_async", "zeros",
 ]
 
@@ -218,7 +220,7 @@ def benchmark(fn: Any, *args: Any, n_repeat: int = 100, n_warmup: int = 10,
 
         a, b = ev.randn(512, 512), ev.randn(512, 512)
         print(ev.benchmark(ev.matmul, a, b, n_repeat=100))
-        # matmul : CPU:  25.1 us +/- 3.2 (min: 21.0 / max: 40.3) us    cpu:  812.4 us +/- ...
+        # matmul : host:  25.1 us +/- 3.2 (min: 21.0 / max: 40.3) us    device (cpu):  812.4 us +/- ...
 
     ``n_warmup`` untimed calls first, then up to ``n_repeat`` timed ones. Each timed call is
     bracketed by markers recorded on the current stream of ``device`` (default: the default
@@ -258,7 +260,7 @@ class profile:
             out = ev.matmul(a, b)
             out.wait()
         prof.export_chrome_trace("trace.json")   # Perfetto, chrome://tracing
-        prof.export_timeline("timeline.html")    # a page with the timeline as SVG
+        prof.export_timeline("timeline.html", title="One matmul")  # a page: zoom, pan, tooltips
         for op in prof.ops: ...                  # dicts: name, stream, start_us, end_us, ...
 
     Every op enqueued in the block is recorded (from any thread), with its stream, shapes and
@@ -330,11 +332,12 @@ class profile:
     def export_chrome_trace(self, path: Any) -> None:
         self.profile.export_chrome_trace(path)
 
-    def timeline_html(self) -> str:
-        return self.profile.timeline_html()
+    def timeline_html(self, title: Optional[str] = None, note: Optional[str] = None) -> str:
+        return self.profile.timeline_html(title=title, note=note)
 
-    def export_timeline(self, path: Any) -> None:
-        self.profile.export_timeline(path)
+    def export_timeline(self, path: Any, title: Optional[str] = None, note: Optional[str] = None) -> None:
+        """Writes the timeline page to `path`, headed by `title` and a `note` of what to look at."""
+        self.profile.export_timeline(path, title=title, note=note)
 
     def __repr__(self) -> str:
         if self._profile is not None:
@@ -423,7 +426,11 @@ def _event_future(event: Event) -> "_asyncio.Future[None]":
         except RuntimeError:
             pass  # the loop has been closed: nobody is awaiting any more
 
-    callback_id = event._add_callback(on_finish)  # EventStateError on an empty event
+    if event.status == "empty":
+        raise EventStateError(
+            f"await: {event!r} is empty (never recorded): it would never finish; record work "
+            "on it first (e.record(tensor), e.record() for a marker)")
+    callback_id = event._add_callback(on_finish)
 
     def on_done(f: "_asyncio.Future[None]") -> None:
         if f.cancelled():

@@ -10,6 +10,7 @@
 //   benchmark.cpp     ev.benchmark and BenchmarkResult
 //   distributed.cpp   the communicator (eventide.distributed's _distributed submodule)
 //   ipc.cpp           events across processes: export_event, import_event, ExportedEvent
+//   cli.cpp           _cli_main: the `eventide` program, for eventide/__main__.py
 //   module.cpp        the module: the classes above, device and runtime functions, exit
 //
 // The extension uses eventide's public API only (include/eventide): behaviour that exists in
@@ -115,5 +116,8 @@ void bind_benchmark(py::module_& m);
 void bind_distributed(py::module_& m);
 // --- ipc.cpp ---
 void bind_ipc(py::module_& m);
+
+// --- cli.cpp ---
+void bind_cli(py::module_& m);
 
 }  // namespace eventide::python

@@ -260,7 +260,15 @@ std::string event_repr(const Event& e) {
 
 void bind_events(py::module_& m) {
   // --- Events ---
-  py::class_<Event> event_class(m, "Event", "An event tied to device work (see the package docstring).");
+  py::class_<Event> event_class(
+      m, "Event",
+      "A marker in device work that tells the host, other streams and callbacks when that work "
+      "is done, and how long it took. It is empty (new, or after reset()), pending (record() "
+      "tied it to work still outstanding) or finished (all of it done; failed if some of it "
+      "raised). wait() blocks the host until it finishes (EventStateError if empty); poll() and "
+      "query() ask without blocking; Stream.wait(event) makes a stream wait for it; "
+      "add_callback(fn) and `await event` run code once it finishes. time_elapsed() is the tied "
+      "work's device time in microseconds, elapsed_time(end) the milliseconds from it to `end`.");
   event_class
       .def(py::init([](const py::object& device, bool enable_timing, bool blocking, bool interprocess) {
              return Event(to_device(device), EventOptions{.enable_timing = enable_timing,

@@ -29,6 +29,7 @@ PYBIND11_MODULE(_eventide, m) {
   bind_benchmark(m);
   bind_distributed(m);
   bind_ipc(m);
+  bind_cli(m);
 
   m.def("_deferred_releases", &interop::deferred_releases,
         "How many releases of Python objects waited for their thread to let go of the "

@@ -1,5 +1,6 @@
 """The Python package as a user installs it: `pip install .` into a fresh virtual environment,
-offline, then import it and run an example, from outside the source tree and with no
+offline, then import it, run an example and the package's `eventide` command (the script
+venv/bin/eventide and `python -m eventide`), from outside the source tree and with no
 PYTHONPATH, so that only the installed package can be imported. Also `pip wheel .`, and the
 wheel's contents and metadata.
 
@@ -111,6 +112,26 @@ def main() -> int:
     run([python, "-c", check], env=env, cwd=work)
     run([python, args.example.resolve()], env=env, cwd=work)
 
+    # The `eventide` command, as the script pip wrote and as the package's __main__: `info`
+    # answers, and a usage error is the program's exit status 2.
+    script = venv_dir / "bin" / "eventide"
+    if not script.exists():
+        sys.exit(f"FAILED: pip installed no {script}")
+    for command in ([str(script)], [str(python), "-m", "eventide"]):
+        shown = " ".join(command)
+        print("+", shown, "info", flush=True)
+        info = subprocess.run([*command, "info"], env=env, cwd=work, capture_output=True,
+                              text=True, timeout=120)
+        print(info.stdout + info.stderr, end="")
+        if info.returncode != 0 or not info.stdout.startswith(f"eventide {version}\n") or \
+                "default device: " not in info.stdout:
+            sys.exit(f"FAILED: {shown} info: exit {info.returncode}")
+        bad = subprocess.run([*command, "frobnicate"], env=env, cwd=work, capture_output=True,
+                             text=True, timeout=120)
+        if bad.returncode != 2 or "unknown command 'frobnicate'" not in bad.stderr:
+            sys.exit(f"FAILED: {shown} frobnicate: exit {bad.returncode}, stderr {bad.stderr!r} "
+                     "(expected exit 2, the program's usage error)")
+
     # A wheel, with the extension, the typing files and the metadata.
     wheels = work / "wheels"
     run([python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", wheels, source],
@@ -121,15 +142,25 @@ def main() -> int:
     with zipfile.ZipFile(built[0]) as whl:
         names = whl.namelist()
         metadata = whl.read(f"eventide-{version}.dist-info/METADATA").decode()
-    for wanted in ("eventide/__init__.py", "eventide/__init__.pyi", "eventide/py.typed"):
+    for wanted in ("eventide/__init__.py", "eventide/__init__.pyi", "eventide/py.typed",
+                   "eventide/__main__.py"):
         if wanted not in names:
             sys.exit(f"FAILED: {wanted} is not in {built[0].name}: {names}")
     if not any(n.startswith("eventide/_eventide") and n.endswith(".so") for n in names):
         sys.exit(f"FAILED: no extension module in {built[0].name}: {names}")
-    for line in ("Name: eventide", f"Version: {version}", "License: Apache-2.0",
-                 "Requires-Python: >=3.9"):
+    for line in ("Name: eventide", f"Version: {version}", "Requires-Python: >=3.9"):
         if line not in metadata.splitlines():
             sys.exit(f"FAILED: the wheel's METADATA has no line '{line}':\n{metadata}")
+    # The license in the form this setuptools writes (setup.py): an SPDX expression from
+    # setuptools 77 on, the License field before; no license classifier (deprecated from 77).
+    lines = metadata.splitlines()
+    if not {"License-Expression: Apache-2.0", "License: Apache-2.0"} & set(lines) or \
+            any(l.startswith("Classifier: License ::") for l in lines):
+        sys.exit(f"FAILED: the wheel's METADATA does not say Apache-2.0 as expected:\n{metadata}")
+    with zipfile.ZipFile(built[0]) as whl:
+        entry_points = whl.read(f"eventide-{version}.dist-info/entry_points.txt").decode()
+    if "eventide = eventide.__main__:main" not in entry_points:
+        sys.exit(f"FAILED: the wheel has no `eventide` script:\n{entry_points}")
     if not any(l.startswith("Requires-Dist: numpy") for l in metadata.splitlines()):
         sys.exit(f"FAILED: the wheel does not require numpy:\n{metadata}")
     # A source distribution carries what building it needs: every tracked file that the
@@ -143,12 +174,14 @@ def main() -> int:
     with tarfile.open(tarballs[0]) as tar:
         inside = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     needed = [f for f in tracked(args.source.resolve())
-              if f in ("VERSION", "CMakeLists.txt", "LICENSE", "pyproject.toml", "setup.py", "python/CMakeLists.txt")
-              or f.startswith(("include/", "src/", "cmake/", "python/src/", "python/eventide/"))]
+              if f in ("VERSION", "CMakeLists.txt", "LICENSE", "pyproject.toml", "setup.py",
+                       "python/CMakeLists.txt", "tools/CMakeLists.txt")
+              or f.startswith(("include/", "src/", "cmake/", "python/src/", "python/eventide/",
+                               "tools/eventide/", "bench/measure/"))]
     missing = [f for f in needed if f not in inside]
     if not needed or missing:
         sys.exit(f"FAILED: the sdist lacks what its build needs: {missing or 'nothing was checked'}")
-    print(f"ok: installed, imported, ran {args.example.name}; built {built[0].name}; "
+    print(f"ok: installed, imported, ran {args.example.name} and the eventide command; built {built[0].name}; "
           f"{tarballs[0].name} has the {len(needed)} files its build reads")
     return 0
 

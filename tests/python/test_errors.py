@@ -3,6 +3,8 @@ nothing half-done."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -182,6 +184,23 @@ def test_unavailable_cuda(call):
         pytest.skip("this build has a GPU")
     with pytest.raises(ev.InvalidArgumentError, match=r"cuda:0 is not available"):
         call()
+
+
+def test_without_a_gpu_the_message_says_none_was_found_and_to_use_the_cpu():
+    # Without a driver CUDA itself says "CUDA driver version is insufficient for CUDA runtime
+    # version", which sends a user to update a driver they do not have.
+    if ev.is_available("cuda:0"):
+        pytest.skip("a GPU is present: the no-GPU message is checked on a machine without one")
+    with pytest.raises(ev.InvalidArgumentError) as raised:
+        ev.Event(device="cuda:7")
+    why = str(raised.value)
+    assert why.startswith("device cuda:7 is not available: "), why
+    if "this build of eventide has no CUDA backend" in why:
+        return
+    assert "no NVIDIA" in why and "was found" in why, why
+    assert 'use the CPU, device "cpu" (EVENTIDE_DEVICE=cpu makes it the default)' in why, why
+    assert re.search(r"\(cudaGetDeviceCount: cudaError[A-Za-z]+ = [0-9]+\)", why), why
+    assert "insufficient" not in why, why
 
 
 def test_cuda_device_value_is_only_spelling():

@@ -17,6 +17,12 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
 
+// The whole program: parses argv (CLI11), runs the command it names and returns the exit
+// status (main.cpp). The `eventide` program's main() is this call alone (program.cpp); the
+// Python package's `eventide` script and `python -m eventide` make the same call
+// (python/src/cli.cpp). argv[0] is the program's name.
+int run_command_line(int argc, char** argv);
+
 struct DemoOptions {
   Device device;
   // Where to save the profile of the whole demo (it then runs under an ev::Profiler): a
@@ -27,8 +33,10 @@ struct DemoOptions {
   std::vector<int> only;
 };
 
-// How many scenarios the demo has (`--only` takes numbers from 1 to this).
+// How many scenarios the demo has (`--only` takes numbers from 1 to this), and the title of
+// scenario `number` (1-based, as printed), for `demo --help` and `demo --list`.
 int demo_scenario_count();
+std::string demo_scenario_title(int number);
 
 // Runs every scenario of the torch.mps.Event tutorial on `options.device`, printing what happened;
 // kExitOk when every scenario passed its checks (and the profile, if asked for, was saved).
@@ -60,15 +68,16 @@ inline constexpr const char* kDefaultBenchDir = "eventide-bench";
 int run_bench(const BenchOptions& options);
 
 struct TraceMergeOptions {
-  std::string output;
+  std::string output;               // -o/--output: never taken from the positional names
   std::vector<std::string> inputs;  // Chrome traces of eventide's profiler, one per rank
 };
 
 // Merges the Chrome traces of several processes of one job (one per rank) into one, on one
 // clock, their processes renumbered and sorted by rank (trace.cpp says how). kExitOk when
-// written; kExitFailed, naming the file, for an input that cannot be read, is not JSON, is
-// not a trace of eventide's profiler, or has the rank of another input, or an output that
-// cannot be written.
+// written; kExitUsage, writing nothing, when the output is one of the inputs (the same file,
+// by device and inode); kExitFailed, naming the file, for an input that cannot be read, is
+// not JSON, is not a trace of eventide's profiler, or has the rank of another input, or an
+// output that cannot be written. No input is ever written to.
 int run_trace_merge(const TraceMergeOptions& options);
 
 }  // namespace eventide::cli
