@@ -735,7 +735,7 @@ TEST(ProfilerTest, TimelineColoursAreTheSameOnEveryPageWhateverTheOrderOfTheOps)
 
 TEST(ProfilerTest, TimelineHeaderCountsTheOpsAsTheProfileDoes) {
   run_with_deadline([] {
-    ev::Tensor a = ev::zeros({8, 8});
+    ev::Tensor a = ev::zeros({8, 8}, ev::DType::f32, ev::Device::cpu());  // (the streams' device)
     ev::Stream s1(ev::Device::cpu()), s2(ev::Device::cpu());
     ev::UserEvent gate;
     ev::Profiler profiler;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -17,6 +18,10 @@
 #include "test_util.hpp"
 
 namespace {
+
+// The CPU's tensors are what these tests are about (ctest also says EVENTIDE_DEVICE=cpu); run
+// bare on a GPU machine, the binary keeps to the CPU as well, unless told otherwise.
+const bool kOnTheCpu = ::setenv("EVENTIDE_DEVICE", "cpu", /*overwrite=*/0) == 0;
 
 using namespace eventide_test;
 
@@ -253,10 +258,13 @@ void check_full(double value, T want) {
   EXPECT_EQ(e.nbytes(), 4 * sizeof(T));
 }
 
+// The raw bits of an f16 or bf16 tensor, read on the host (a GPU tensor copied over first:
+// its data_ptr is device memory).
 std::vector<std::uint16_t> half_bits(const ev::Tensor& t) {
-  t.wait();
-  const auto* p = static_cast<const std::uint16_t*>(t.data_ptr());
-  return std::vector<std::uint16_t>(p, p + t.numel());
+  ev::Tensor host = t.to(ev::Device::cpu());
+  host.wait();
+  const auto* p = static_cast<const std::uint16_t*>(host.data_ptr());
+  return std::vector<std::uint16_t>(p, p + host.numel());
 }
 
 TEST(TensorTest, CreationWorksForEveryDtype) {
