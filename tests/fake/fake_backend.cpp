@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/device_stream.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
@@ -75,16 +76,20 @@ class FakeTimeline final : private CounterWord, public detail::Timeline {
 
 class FakeStream;
 
-class FakeDevice {
+// The device as the engine sees it: no watcher thread (the test takes the watcher's turns:
+// run(), notify()), so watch() and wake() have nothing to do.
+class FakeDevice final : public detail::DeviceEngine {
  public:
   explicit FakeDevice(ev::Device device) : device_(device) {}
 
   ev::Device device() const noexcept { return device_; }
 
-  std::exception_ptr broken() const {
+  std::exception_ptr broken() const noexcept override {
     std::lock_guard lock(mu_);
     return broken_;
   }
+  void wake() noexcept override {}
+  void watch(std::shared_ptr<detail::DeviceStream>) noexcept override {}
 
   void add_stream(const std::shared_ptr<FakeStream>& stream) {
     std::lock_guard lock(mu_);
@@ -140,8 +145,8 @@ class FakeDevice {
     cv_.wait_for(lock, kTimingPatience, [&] { return work.timing_known(); });
   }
 
-  // Sticky: later work fails at once.
-  void mark_broken(std::exception_ptr error) {
+  // Sticky: later work fails at once (fail_device() abandons what was in flight and held).
+  void mark_broken(std::exception_ptr error) noexcept override {
     std::lock_guard lock(mu_);
     if (!broken_) broken_ = std::move(error);
   }
@@ -163,10 +168,15 @@ class FakeDevice {
 
 void FakeTimeline::await_timing(Work& work) { device_.await_timing(work); }
 
-class FakeStream final : public StreamState {
+// A fake stream on the core's device-stream engine (core/device_stream.hpp), as a GPU's is:
+// the engine holds, launches, retires and abandons; what it launches goes into this stream's
+// native queue, which run() executes as the device would: a wait for another stream's work
+// stops it until that work has run; a body runs; the end of a Work is published by writing
+// its sequence number into the counter.
+class FakeStream final : public detail::DeviceStream {
  public:
   FakeStream(ev::Device device, std::uint64_t id, FakeDevice& owner, int priority = 0)
-      : StreamState(device, id, detail::make_ref<FakeTimeline>(detail::stream_name(device, id), owner)),
+      : DeviceStream(device, id, detail::make_ref<FakeTimeline>(detail::stream_name(device, id), owner), owner),
         owner_(owner),
         priority_(priority) {}
 
@@ -177,113 +187,85 @@ class FakeStream final : public StreamState {
 
   std::size_t run(std::size_t max, Progress progress) {
     std::lock_guard serial(run_mu_);
+    release_if_due();  // the watcher's part: held work whose host-side work has finished
     std::size_t ran = 0;
     while (ran < max) {
-      Ref<Work> next;
+      Command next;
       {
         std::lock_guard lock(mu_);
-        release_held_locked();
-        if (launched_.empty() || waits_on_device(*launched_.front())) break;
-        next = std::move(launched_.front());
-        launched_.pop_front();
+        // A wait at the front stops the device until the other stream's work has run.
+        while (!queue_.empty() && queue_.front().kind == Command::wait && queue_.front().work->done()) {
+          queue_.pop_front();
+        }
+        if (queue_.empty() || queue_.front().kind == Command::wait) break;
+        next = std::move(queue_.front());
+        queue_.pop_front();
       }
-      execute(*next);
-      ++ran;
+      if (next.kind == Command::body) {
+        execute_body(*next.work);
+      } else {
+        finish(*next.work);
+        ++ran;
+      }
     }
-    if (progress == Progress::notify) timeline().notify();
+    if (progress == Progress::notify) turn();
     return ran;
   }
 
-  std::size_t held() {
-    std::lock_guard lock(mu_);
-    return held_.size();
-  }
-
-  // Everything not run yet fails with `error`, its fence passing (the device is lost).
-  void abandon(const std::exception_ptr& error) {
-    std::lock_guard serial(run_mu_);
-    std::deque<Ref<Work>> lost;
-    {
-      std::lock_guard lock(mu_);
-      lost.swap(launched_);
-      for (auto& w : held_) lost.push_back(std::move(w));
-      held_.clear();
-    }
-    for (auto& w : lost) {
-      if (!w->error()) w->set_error(error);  // an error set at launch is final
-      w->finish_timing();
-      fake_timeline().write(w->seq());
-      w->release_execution_state();
-    }
-    owner_.timing_changed();
-    timeline().notify();
+  // The watcher's turn for this stream: held work released, finished work retired, the
+  // listeners of passed fences fired.
+  void turn() noexcept {
+    release_if_due();
+    (void)retire();
   }
 
  protected:
-  void submit(Ref<Work> work) noexcept override {
-    std::lock_guard lock(mu_);
-    if (auto e = owner_.broken(); e && held_.empty() && launched_.empty()) {
-      // The device has failed: the work fails at once, in order.
-      work->set_error(e);
-      work->finish_timing();
-      work->set_launched();
-      fake_timeline().write(work->seq());
-      work->release_execution_state();
-      return;  // its listeners fire at the next run() or notify(), as the watcher's would
+  // The native interface. Any fake stream's work can be waited for on the device.
+  bool can_wait_on_device(const Work& producer) noexcept override {
+    return dynamic_cast<const FakeTimeline*>(&producer.timeline()) != nullptr;
+  }
+  void wait_on_device(const Work& producer) override {
+    push({Command::wait, Ref<Work>(const_cast<Work*>(&producer))});
+  }
+  void launch_body(Work& work) override { push({Command::body, Ref<Work>(&work)}); }
+  void launch_marker(Work&) override {}  // its time is taken when the device reaches it
+  void publish(Work& work) override { push({Command::end, Ref<Work>(&work)}); }
+  void drop_native_work() noexcept override {
+    std::deque<Command> dropped;
+    {
+      std::lock_guard lock(mu_);
+      dropped.swap(queue_);
     }
-    if (!held_.empty() || host_side(*work)) {
-      held_.push_back(std::move(work));  // not launched (Work::launched) until released
-      return;
+    for (Command& c : dropped) {
+      if (c.kind == Command::end) c.work->finish_timing();  // never run: no time to wait for
     }
-    launch_locked(std::move(work));
+    owner_.timing_changed();
   }
 
  private:
-  // Whether `work` depends on host-side work not finished (or held GPU-like work), which the
-  // device cannot wait for: it is held on the host.
-  bool host_side(const Work& work) const noexcept {
-    return std::any_of(work.deps().begin(), work.deps().end(), [&](const detail::Dep& dep) {
-      const Work& w = *dep.work;
-      if (w.done() || &w.timeline() == &timeline()) return false;
-      return !w.timeline().device_written() || !w.launched();
-    });
+  struct Command {
+    enum Kind { wait, body, end } kind = end;
+    Ref<Work> work;
+  };
+
+  void push(Command c) {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(c));
   }
-  // Whether the device must wait for another stream's work before running `work`.
-  static bool waits_on_device(const Work& work) noexcept {
-    return std::any_of(work.deps().begin(), work.deps().end(),
-                       [](const detail::Dep& dep) { return !dep.work->done(); });
-  }
-  void launch_locked(Ref<Work> work) {
-    // Launched while what it depends on still runs: whether that failed is known only later.
-    const bool pending = std::any_of(work->deps().begin(), work->deps().end(), [](const detail::Dep& d) {
-      return !d.work->done() && d.kind != detail::DepKind::order;
-    });
-    if (pending) work->decide_error_later();
-    work->set_launched();
-    launched_.push_back(std::move(work));
-  }
-  void release_held_locked() {
-    while (!held_.empty() && !host_side(*held_.front())) {
-      Ref<Work> w = std::move(held_.front());
-      held_.pop_front();
-      launch_locked(std::move(w));
+  // A body, as the device runs it: not where the work has failed already (a dependency's
+  // failure is decided here: what it depends on has run).
+  void execute_body(Work& work) {
+    if (work.error()) return;
+    detail::set_running_work(&work);
+    try {
+      work.body()();
+    } catch (...) {
+      work.set_error(detail::body_error(work, std::current_exception()));
     }
+    detail::set_running_work(nullptr);
   }
-  // Runs one work whose dependencies have all passed, as the device would.
-  void execute(Work& work) {
-    const std::exception_ptr had = work.error();  // decides a deferred one: the deps are done
-    std::exception_ptr error = had;
-    if (!error) error = detail::first_dependency_error(work);
-    if (!error && work.body()) {
-      detail::set_running_work(&work);
-      try {
-        work.body()();
-      } catch (...) {
-        error = detail::body_error(work, std::current_exception());
-      }
-      detail::set_running_work(nullptr);
-    }
-    if (error && !had) work.set_error(error);  // (an error set before is final: others read it)
+  // The end of a Work: its time taken (delivered late), its sequence number published.
+  void finish(Work& work) {
     if (work.timed()) {
       auto [start, end] = owner_.take_time(work.kind() == detail::WorkKind::op);
       owner_.add_timing(Ref<Work>(&work), start, end);  // late: deliver_timings()
@@ -291,15 +273,13 @@ class FakeStream final : public StreamState {
       work.finish_timing();  // nothing to time
     }
     fake_timeline().write(work.seq());
-    work.release_execution_state();
   }
 
   FakeDevice& owner_;
   const int priority_;
   std::mutex run_mu_;
-  detail::RuntimeMutex mu_;
-  std::deque<Ref<Work>> held_;
-  std::deque<Ref<Work>> launched_;
+  detail::RuntimeMutex mu_;  // the native queue
+  std::deque<Command> queue_;
 };
 
 [[noreturn]] void unsupported(const char* op) {
@@ -454,8 +434,8 @@ FakeDevice& fake(ev::Device device) {
 std::size_t run(const ev::Stream& stream, std::size_t max, Progress progress) {
   return fake(stream).run(max, progress);
 }
-void notify(const ev::Stream& stream) { fake(stream).timeline().notify(); }
-std::size_t held(const ev::Stream& stream) { return fake(stream).held(); }
+void notify(const ev::Stream& stream) { fake(stream).turn(); }
+std::size_t held(const ev::Stream& stream) { return fake(stream).held_count(); }
 void deliver_timings(ev::Device device) { fake(device).deliver(); }
 void set_clock(ev::Device device, std::int64_t now_ns, std::int64_t step_ns) {
   fake(device).set_clock(now_ns, step_ns);

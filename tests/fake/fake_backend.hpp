@@ -2,15 +2,19 @@
 // links eventide_core and this folder alone (no cpu, no CUDA), so whatever works here is all
 // the core needs of a backend.
 //
-// It behaves like a GPU whose every step the test takes by hand:
+// It behaves like a GPU whose every step the test takes by hand. Its streams run on the core's
+// device-stream engine (core/device_stream.hpp), as the CUDA backend's do: holding, launching,
+// late errors, retiring and abandoning are the engine's code, not a copy; what the fake adds
+// is the native side (a queue per stream that run() executes) and the watcher's turns, which
+// the test takes:
 //
 //   - Each stream's timeline is device-written (Timeline::device_written()): a counter that
 //     only run() advances, as a GPU writes its progress into host memory. Waiters nap and read
 //     it themselves; listeners (callbacks, sleeping waiters) fire only at the watcher's turn
 //     (Progress::notify, the default, or notify()).
 //   - Work that depends on host-side work not finished yet (a UserEvent) is held on the host
-//     (Work::launched() false), with every later work of its stream, until run() finds that
-//     work finished, as the CUDA backend holds it. Work that depends on another fake stream's
+//     (Work::launched() false), with every later work of its stream, until the watcher's turn
+//     (run(), notify()) after that work finished. Work that depends on another fake stream's
 //     unfinished work is launched at once, its error decided later (Work::decide_error_later):
 //     the device waits for the other stream.
 //   - Times arrive late: run() leaves a finished op's or marker's time unknown until

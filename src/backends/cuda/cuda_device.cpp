@@ -84,7 +84,7 @@ CudaDevice::CudaDevice(Device device)
 
 CudaDevice::~CudaDevice() = default;
 
-std::exception_ptr CudaDevice::broken() const {
+std::exception_ptr CudaDevice::broken() const noexcept {
   // Every launch asks: no lock until the device has failed.
   if (!is_broken_.load(std::memory_order_acquire)) return nullptr;
   std::lock_guard lock(mu_);
@@ -112,6 +112,10 @@ std::exception_ptr device_failure(Device device, const std::exception_ptr& error
 }
 
 }  // namespace
+
+void CudaDevice::watch(std::shared_ptr<detail::DeviceStream> stream) noexcept {
+  watcher_.watch(std::static_pointer_cast<CudaStream>(std::move(stream)));  // (its streams are all CudaStreams)
+}
 
 void CudaDevice::mark_broken(std::exception_ptr error) noexcept {
   {

@@ -27,6 +27,7 @@
 #include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/cuda_progress.hpp"
 #include "backends/cuda/cuda_watcher.hpp"
+#include "core/device_stream.hpp"
 #include "core/parker.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/work.hpp"
@@ -76,7 +77,8 @@ class TransferStream {
   bool shut_down_ = false;  // under mu_
 };
 
-class CudaDevice {
+// The device as its streams' engine sees it (core/device_stream.hpp): its failure, its watcher.
+class CudaDevice final : public detail::DeviceEngine {
  public:
   // Reads the device's properties and chooses its progress strategy. DeviceError.
   explicit CudaDevice(Device device);
@@ -96,9 +98,9 @@ class CudaDevice {
   std::pair<int, int> priority_range() const noexcept { return priority_range_; }
 
   // The device's sticky error once it has failed, else null.
-  std::exception_ptr broken() const;
+  std::exception_ptr broken() const noexcept override;
   // Records a failure of the device (sticky error) and abandons all work in flight.
-  void mark_broken(std::exception_ptr error) noexcept;
+  void mark_broken(std::exception_ptr error) noexcept override;
 
   // Start-up without a drain: CUPTI's start (op timing) and the loading of eventide's kernels
   // into the context both wait until the device is idle, behind whatever other libraries have
@@ -115,7 +117,9 @@ class CudaDevice {
   void forget_after_fork() noexcept { starter_.abandon(); }
 
   // Something to look at for the watcher (new work, a listener, held work to release).
-  void wake() noexcept { watcher_.wake(); }
+  void wake() noexcept override { watcher_.wake(); }
+  // Puts a stream of this device (a CudaStream) on the watcher's list.
+  void watch(std::shared_ptr<detail::DeviceStream> stream) noexcept override;
   // Process exit: stops the watcher, waiting for it until `deadline`, then destroys the
   // transfer stream (see TransferStream::shutdown).
   void stop(detail::Clock::time_point deadline) noexcept;

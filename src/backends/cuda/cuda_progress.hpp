@@ -25,13 +25,15 @@
 #include <string>
 
 #include "core/work.hpp"
+#include "core/work_list.hpp"
 #include "eventide/device.hpp"
 
 namespace eventide::backends::cuda {
 
+using detail::WorkList;
+
 class CudaStream;
 class CudaTimeline;
-class WorkList;
 
 class ProgressPublisher {
  public:

@@ -48,9 +48,10 @@ CudaStream::StreamSlot::~StreamSlot() { device.watcher().remove_stream(); }
 
 CudaStream::CudaStream(Device device, std::uint64_t id, CudaDevice& owner, std::string timeline_name,
                        StreamRef native)
-    : StreamState(device, id,
-                  detail::Ref<detail::Timeline>(
-                      new CudaTimeline(std::move(timeline_name), owner, PinnedWord::acquire()))),
+    : DeviceStream(device, id,
+                   detail::Ref<detail::Timeline>(
+                       new CudaTimeline(std::move(timeline_name), owner, PinnedWord::acquire())),
+                   owner),
       owner_(owner),
       native_(native),
       may_capture_(native.get() != nullptr),  // wrapped (an owned one binds its stream later)
@@ -117,20 +118,7 @@ Ref<Storage> CudaStream::workspace(std::size_t bytes) {
   return workspace_;
 }
 
-// Fires when the host-side work the first held op waits for has finished: the watcher
-// launches what can go.
-class ReleaseListener final : public detail::OneShotListener {
- public:
-  explicit ReleaseListener(std::shared_ptr<CudaStream> s) : stream_(std::move(s)) {}
-
- private:
-  void run() noexcept override {
-    stream_->release_due_.store(true, std::memory_order_release);
-    stream_->owner_.wake();
-  }
-
-  std::shared_ptr<CudaStream> stream_;
-};
+// --- The engine's native interface ------------------------------------------------------
 
 const Dep* CudaStream::host_wait(const Work& work) noexcept {
   // Until the device has started (CudaDevice::start: CUPTI, the kernels' code), a body would
@@ -139,263 +127,68 @@ const Dep* CudaStream::host_wait(const Work& work) noexcept {
   if (work.has_body() && !work.no_backend_kernels() && !per_thread_ && !owner_.started()) {
     return &owner_.started_dep();
   }
-  for (const Dep& dep : work.deps()) {
-    const Work& w = *dep.work;
-    if (w.done() || &w.timeline() == &timeline()) continue;
-    auto* other = dynamic_cast<CudaTimeline*>(&w.timeline());
-    if (!other) return &dep;
-    // GPU work still held on the host is host-side work: a GPU wait for it would stall the
-    // device until the host launches it, and anything synchronizing the device meanwhile
-    // (CUDA's lazy loading of a kernel) would deadlock.
-    if (!w.launched()) return &dep;
-    // Whether this stream can wait for it on the GPU is the producer's device's strategy.
-    if (!other->device().progress().can_wait_on_gpu(owner_.progress(), w)) return &dep;
-  }
-  return nullptr;
+  return DeviceStream::host_wait(work);
 }
 
-void CudaStream::order_after(const Dep& dep, bool& decided_later) {
-  Work& w = *dep.work;
-  if (w.done()) return;
-  // Whether it failed is known only once it has finished: this op's error is decided then.
-  if (dep.kind != DepKind::order) decided_later = true;
-  if (&w.timeline() == &timeline()) return;  // before it on this stream: ordered already
-  auto& other = static_cast<CudaTimeline&>(w.timeline());  // host-side deps are done (held)
-  other.device().progress().wait_on_gpu(*this, other, w);
+bool CudaStream::can_wait_on_device(const Work& producer) noexcept {
+  auto* other = dynamic_cast<CudaTimeline*>(&producer.timeline());
+  // Whether this stream can wait for it on the GPU is the producer's device's strategy.
+  return other && other->device().progress().can_wait_on_gpu(owner_.progress(), producer);
 }
 
-void CudaStream::ensure_watched() noexcept {
-  bool newly;
-  {
-    std::lock_guard lock(inflight_mu_);
-    newly = !std::exchange(watched_, true);
-  }
-  watch_or_wake(newly);
+void CudaStream::wait_on_device(const Work& producer) {
+  auto& other = static_cast<CudaTimeline&>(producer.timeline());
+  other.device().progress().wait_on_gpu(*this, other, producer);
 }
 
-void CudaStream::watch_or_wake(bool newly_watched) noexcept {
-  if (newly_watched) {
-    owner_.watcher().watch(std::static_pointer_cast<CudaStream>(shared_from_this()));
+void CudaStream::launch_body(Work& work) {
+  if (work.no_backend_kernels()) {
+    work.body()();  // no kernel of ours, nothing to time: also while the device starts
   } else {
-    owner_.wake();
+    Timing::Scope timed(Timing::get(), work, native_.get());
+    work.body()();
   }
 }
 
-void CudaStream::hold_until_ready() noexcept {
-  const Dep* dep = host_wait(*held_.front());
-  if (!dep) {  // finished meanwhile
-    release_due_.store(true, std::memory_order_release);
-    owner_.wake();
-    return;
-  }
-  // Fires at once if it finishes meanwhile; it only sets a flag, so it may run under our lock.
-  // Owned from here on: by the timeline once registered, which destroys it after it fires.
-  std::unique_ptr<detail::OneShotListener> listener(
-      new (std::nothrow) ReleaseListener(std::static_pointer_cast<CudaStream>(shared_from_this())));
-  if (!listener) {
-    // Out of memory for the listener: the watcher looks at the held work on each turn
-    // instead (release_if_due finds it still waiting and comes back here).
-    release_due_.store(true, std::memory_order_release);
-    owner_.wake();
-    return;
-  }
-  dep->work->timeline().listen(dep->work->seq(), std::move(listener));
+void CudaStream::launch_marker(Work& work) {
+  // In the native stream itself, after whatever any code enqueued there before it: a timed
+  // CUDA event, the marker's stamp (its progress write follows).
+  work.set_stamp(Timing::stamp(device().index(), native_.get()));
 }
 
-void CudaStream::submit(Ref<Work> work) noexcept {
-  std::exception_ptr lost;
-  {
-    std::lock_guard lock(launch_mu_);
-    last_seq_ = work->seq();
-    if (per_thread_ && !owner_.broken()) {
-      if (const Dep* dep = host_wait(*work)) {
-        // Held work is launched by the watcher, whose per-thread default stream is another.
-        std::exception_ptr error;
-        try {
-          error = std::make_exception_ptr(InvalidArgument(
-              work->describe() + " cannot wait for " + dep->work->describe() +
-              ": work on a per-thread default stream cannot be held until host-side work "
-              "finishes (eventide would launch it from its own thread, whose per-thread stream "
-              "is another); use a stream of your own"));
-        } catch (...) {
-          error = std::current_exception();  // out of memory for the message: it fails all the same
-        }
-        work->set_error(std::move(error));
-      }
-    }
-    // (A per-thread stream never holds work, so a failure set above is launched at once: it
-    // only has to finish in order.)
-    if (!held_.empty() || (!work->error() && !owner_.broken() && host_wait(*work))) {
-      held_.push_back(std::move(work));  // (not launched: set_launched when it is)
-      held_count_.store(held_.size(), std::memory_order_release);
-      if (held_.size() == 1) hold_until_ready();
-      ensure_watched();
-      return;
-    }
-    lost = launch_locked(std::move(work));
-  }
-  if (lost) owner_.mark_broken(lost);
-}
+void CudaStream::publish(Work& work) { owner_.progress().publish(*this, work); }
 
-void CudaStream::release_if_due() noexcept {
-  if (!release_due_.exchange(false, std::memory_order_acq_rel)) return;
-  std::exception_ptr lost;
-  {
-    std::lock_guard lock(launch_mu_);
-    while (!held_.empty() && !lost) {
-      if (!owner_.broken() && host_wait(*held_.front())) {
-        hold_until_ready();
-        break;
-      }
-      Ref<Work> w = held_.pop_front();
-      held_count_.store(held_.size(), std::memory_order_release);
-      lost = launch_locked(std::move(w));
-    }
-  }
-  if (lost) owner_.mark_broken(lost);
-}
-
-std::exception_ptr CudaStream::launch_locked(Ref<Work> work) noexcept {
-  bool decided_later = false;
-  auto fail = [&](std::exception_ptr e) {
-    if (!work->error()) work->set_error(std::move(e));
-  };
-  std::exception_ptr lost = owner_.broken();
-  if (lost) {
-    // Nothing runs on this device any more: the work fails here, in order (what was before
-    // it has been failed and passed by mark_broken).
-    fail(lost);
-    work->release_execution_state();
-    work->set_launched();
-    timeline_.advance(work->seq());
-    return nullptr;
-  }
-  std::optional<DeviceScope> scope;  // over the body and the progress write
+std::exception_ptr CudaStream::unholdable(const Work& work, const Dep& dep) noexcept {
+  if (!per_thread_) return nullptr;
+  // Held work is launched by the watcher, whose per-thread default stream is another.
   try {
-    scope.emplace(device());
-    // A work that failed already runs nothing (unless it must be issued all the same: a
-    // collective): it needs no ordering but its stream's.
-    // (Only where all it depends on is on the GPU already: a per-thread stream's work that
-    // had to be held has failed unlaunchable.)
-    const bool must_issue = work->must_issue() && !host_wait(*work);
-    if (!work->error() || must_issue) {
-      for (const Dep& dep : work->deps()) order_after(dep, decided_later);
-    }
-    // Failures known now: the op is not launched at all (a collective is, and fails). Known
-    // are those of finished work and of work that failed at its launch, such as a wait for a
-    // failed event just before this op on its stream: it ran nothing, and its error is final
-    // before the GPU has passed it (what the op would run after it must not run: a host body's
-    // side effects, a kernel over inputs that were never written).
-    for (const Dep& dep : work->deps()) {
-      const Work& w = *dep.work;
-      if (dep.kind != DepKind::order && (w.done() || w.failed_at_launch()) && w.error()) {
-        fail(detail::dependency_error(*work, dep));
-        break;
-      }
-    }
-    if ((!work->error() || must_issue) && work->body()) {
-      if (work->no_backend_kernels()) {
-        work->body()();  // no kernel of ours, nothing to time: also while the device starts
-      } else {
-        Timing::Scope scope(Timing::get(), *work, native_.get());
-        work->body()();
-      }
-    } else if (!work->error() && work->kind() == detail::WorkKind::marker) {
-      // In the native stream itself, after whatever any code enqueued there before it: a timed
-      // CUDA event, the marker's stamp (its progress write follows below).
-      work->set_stamp(Timing::stamp(device().index(), native_.get()));
-    }
+    return std::make_exception_ptr(InvalidArgument(
+        work.describe() + " cannot wait for " + dep.work->describe() +
+        ": work on a per-thread default stream cannot be held until host-side work "
+        "finishes (eventide would launch it from its own thread, whose per-thread stream "
+        "is another); use a stream of your own"));
   } catch (...) {
-    fail(std::current_exception());
+    return std::current_exception();  // out of memory for the message: it fails all the same
   }
-  try {
-    owner_.progress().publish(*this, *work);
-  } catch (...) {
-    // Without its progress write the timeline cannot move: the device is in trouble.
-    lost = std::current_exception();
-    fail(lost);
-  }
-  if (decided_later && !work->error()) work->decide_error_later();
-  // Its launch has ended, its kernels and its progress write are in the stream: other streams
-  // may wait for it on the GPU from now on (Work::launched).
-  work->set_launched();
-  bool newly_watched;
-  {
-    std::lock_guard lock(inflight_mu_);
-    if (inflight_.empty()) oldest_inflight_.store(work->seq(), std::memory_order_release);
-    inflight_.push_back(std::move(work));  // linked through the Work: no allocation
-    newly_watched = !std::exchange(watched_, true);
-  }
-  watch_or_wake(newly_watched);
-  return lost;
 }
 
-bool CudaStream::retire() noexcept {
-  const std::uint64_t done = timeline_.completed();
-  const std::uint64_t oldest = oldest_inflight_.load(std::memory_order_acquire);
-  ProgressPublisher& progress = owner_.progress();
-  if (progress.gpu_writes_counter() && oldest != kNoneInFlight && done < oldest) {
-    // Nothing has finished since the last turn: no lock (the watcher calls this on every turn
-    // of its loop, and launches take the same lock: a watcher taking it in a tight loop made
-    // launches queue behind it for tens of microseconds).
-    timeline_.notify();
-    return true;
-  }
-  WorkList finished;  // linked through the Works: no allocation (this is the watcher's loop)
-  std::uint64_t last_finished = 0;
-  bool more;
-  {
-    std::lock_guard lock(inflight_mu_);
-    const std::uint64_t reached = progress.finished_through(done, inflight_);
-    while (!inflight_.empty() && inflight_.front()->seq() <= reached) {
-      last_finished = inflight_.front()->seq();
-      finished.push_back(inflight_.pop_front());
-    }
-    oldest_inflight_.store(inflight_.empty() ? kNoneInFlight : inflight_.front()->seq(),
-                           std::memory_order_release);
-    more = !inflight_.empty() || held_count_.load(std::memory_order_acquire) > 0;
-    if (!more) watched_ = false;
-  }
-  if (!finished.empty()) progress.reached(timeline_, last_finished);
-  timeline_.notify();
+bool CudaStream::device_writes_counter() const noexcept { return owner_.progress().gpu_writes_counter(); }
+
+std::uint64_t CudaStream::finished_through(std::uint64_t completed, const WorkList& inflight) noexcept {
+  return owner_.progress().finished_through(completed, inflight);
+}
+
+void CudaStream::reached(std::uint64_t seq) noexcept { owner_.progress().reached(timeline_, seq); }
+
+void CudaStream::retired(Work& work) noexcept {
   // (Not get(): until the device has started, that waits for CUPTI's start, behind other
   // libraries' work, and so would every callback of work that has finished.)
-  Timing* timing = Timing::if_started();
-  while (Ref<Work> retired = finished.pop_front()) {
-    Work& w = *retired;
-    (void)w.error();  // decides an error left for later while the deps are still there
-    if (timing) {
-      timing->retired(w);
-    } else {
-      Timing::retired_untimed(w);
-    }
-    progress.retired(w);
-    w.release_execution_state();  // the op's references to memory go here
+  if (Timing* timing = Timing::if_started()) {
+    timing->retired(work);
+  } else {
+    Timing::retired_untimed(work);
   }
-  return more;
-}
-
-void CudaStream::abandon(const std::exception_ptr& error) noexcept {
-  std::uint64_t last;
-  WorkList held;
-  {
-    std::lock_guard lock(launch_mu_);
-    held.swap(held_);
-    held_count_.store(0, std::memory_order_release);
-    last = last_seq_;
-  }
-  for (Work* w = held.front(); w; w = w->next) {
-    if (!w->error()) w->set_error(error);
-  }
-  {
-    std::lock_guard lock(inflight_mu_);
-    for (Work* w = inflight_.front(); w; w = w->next) {
-      if (!w->done() && !w->error()) w->set_error(error);
-    }
-  }
-  timeline_.advance(last);
-  retire();
-  while (Ref<Work> w = held.pop_front()) w->release_execution_state();
+  owner_.progress().retired(work);
 }
 
 }  // namespace eventide::backends::cuda

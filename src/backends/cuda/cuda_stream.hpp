@@ -8,19 +8,15 @@
 // stream wait for that work on the GPU (cuStreamWaitValue64 on the other's counter, or
 // cudaStreamWaitEvent): the host is not involved.
 //
-// An op that depends on host-side work still running (a UserEvent, an op of the CPU) is held
-// on the host instead, with every op enqueued on its stream after it, and the watcher
-// launches them, in order, when that work has finished. A GPU wait on a word the host sets
-// later would be quicker by a few microseconds, but it is not safe in a library: while a
-// stream waits on the GPU, anything that synchronizes the device blocks too, and CUDA's lazy
-// loading of a kernel's code at its first launch does (seen on the H200: cublasLtCreate hung
-// while a stream waited for a UserEvent that the same thread would set next). Held work
-// blocks nothing.
-//
-// The device's watcher (cuda_watcher.hpp) looks after what is in flight: it launches held
-// work whose host-side dependencies have finished (release_if_due), retires finished Works
-// (retire: decides their errors, releases the memory they held, hands their timing to
-// CUPTI), and fails everything in flight and held when the device fails (abandon).
+// The protocol (holding work behind host-side dependencies, ordered launch, late errors,
+// retiring, abandoning) is the core's device-stream engine (core/device_stream.hpp):
+// CudaStream implements its native interface with CUDA calls, and the device's watcher
+// (cuda_watcher.hpp) takes its turns. Held work waits on the host, never on the GPU for a word
+// the host sets later: while a stream waits on the GPU, anything that synchronizes the device
+// blocks too, and CUDA's lazy loading of a kernel's code at its first launch does (seen on
+// the H200: cublasLtCreate hung while a stream waited for a UserEvent that the same thread
+// would set next). Until the device has started (CudaDevice::begin_start: CUPTI and the
+// kernels' code), work with a body is held as well.
 //
 // Ownership: the native stream of an OwnedCudaStream (Stream(device)) is made with it and
 // destroyed with it; a WrappedCudaStream (Stream::from_native) uses one that someone else
@@ -41,6 +37,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -50,57 +47,13 @@
 #include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/cuda_memory.hpp"
 #include "core/runtime_lock.hpp"
+#include "core/device_stream.hpp"
 #include "core/stream_state.hpp"
 #include "core/timeline.hpp"
 
 namespace eventide::backends::cuda {
 
 using detail::Work;
-
-// A first-in first-out list of Works linked through Work::next, holding a reference to each:
-// pushing and popping allocate nothing. A Work is in one such list at a time. Not
-// thread-safe.
-class WorkList {
- public:
-  WorkList() noexcept = default;
-  WorkList(const WorkList&) = delete;
-  WorkList& operator=(const WorkList&) = delete;
-  ~WorkList() {
-    while (pop_front()) {
-    }
-  }
-  bool empty() const noexcept { return head_ == nullptr; }
-  std::size_t size() const noexcept { return size_; }
-  Work* front() const noexcept { return head_; }  // then w->next
-  void push_back(detail::Ref<Work> work) noexcept {
-    Work* w = work.detach();
-    w->next = nullptr;
-    (tail_ ? tail_->next : head_) = w;
-    tail_ = w;
-    ++size_;
-  }
-  detail::Ref<Work> pop_front() noexcept {
-    Work* w = head_;
-    if (!w) return nullptr;
-    head_ = w->next;
-    if (!head_) tail_ = nullptr;
-    w->next = nullptr;
-    --size_;
-    detail::Ref<Work> taken(w);  // adopts the list's reference:
-    w->release();                // Ref's constructor added one
-    return taken;
-  }
-  void swap(WorkList& other) noexcept {
-    std::swap(head_, other.head_);
-    std::swap(tail_, other.tail_);
-    std::swap(size_, other.size_);
-  }
-
- private:
-  Work* head_ = nullptr;
-  Work* tail_ = nullptr;
-  std::size_t size_ = 0;
-};
 
 class CudaTimeline final : public detail::Timeline {
  public:
@@ -123,7 +76,7 @@ class CudaTimeline final : public detail::Timeline {
 
 // What OwnedCudaStream and WrappedCudaStream share: everything but who owns the native
 // stream.
-class CudaStream : public detail::StreamState {
+class CudaStream : public detail::DeviceStream {
  public:
   ~CudaStream() override;
 
@@ -140,13 +93,6 @@ class CudaStream : public detail::StreamState {
   // StateError if the native stream is being captured into a CUDA graph (and others may use
   // it): nothing of eventide's goes into a capture.
   void check_not_capturing() const;
-  // For the watcher: launches held work whose host-side dependencies have finished.
-  void release_if_due() noexcept;
-  // For the watcher: retires what has finished; true if work is still in flight or held.
-  bool retire() noexcept;
-  // Fails everything in flight and held with `error` and advances the timeline past it
-  // (device lost).
-  void abandon(const std::exception_ptr& error) noexcept;
   // cudaStreamQuery: a sticky error shows here first. cudaSuccess for a stream being captured
   // (a query would invalidate the capture).
   cudaError_t query_native() const noexcept {
@@ -162,31 +108,28 @@ class CudaStream : public detail::StreamState {
   // Sets the native stream, once, in the constructor of an owned stream.
   void bind(StreamRef native) noexcept { native_ = native; }
 
-  void submit(detail::Ref<Work> work) noexcept override;
   bool native_idle() const noexcept override;
   void check_submit() const override;
 
+  // The engine's native interface, with CUDA calls.
+  // Holds work with a body until the device has started (CUPTI, the kernels' code), then as
+  // the engine does; a dependency on another device's work is waited for on the GPU where the
+  // producer's progress strategy lets this stream (ProgressPublisher::can_wait_on_gpu).
+  const detail::Dep* host_wait(const Work& work) noexcept override;
+  bool can_wait_on_device(const Work& producer) noexcept override;
+  void wait_on_device(const Work& producer) override;
+  void begin_launch() override { scope_.emplace(device()); }
+  void end_launch() noexcept override { scope_.reset(); }
+  void launch_body(Work& work) override;
+  void launch_marker(Work& work) override;
+  void publish(Work& work) override;
+  std::exception_ptr unholdable(const Work& work, const detail::Dep& dep) noexcept override;
+  bool device_writes_counter() const noexcept override;
+  std::uint64_t finished_through(std::uint64_t completed, const WorkList& inflight) noexcept override;
+  void reached(std::uint64_t seq) noexcept override;
+  void retired(Work& work) noexcept override;
+
  private:
-  friend class ReleaseListener;
-
-  // The first dependency of `work` that the GPU cannot wait for: host-side work that has not
-  // finished, or GPU work whose device's progress this stream cannot wait on (in the events'
-  // strategy: not launched yet, so without an event). Null if none.
-  const detail::Dep* host_wait(const Work& work) noexcept;
-  // Has the watcher release held work when the host-side work the first held op waits for
-  // finishes. Under launch_mu_.
-  void hold_until_ready() noexcept;
-  // Launches `work` on the GPU after what it depends on there. Under launch_mu_. Returns the
-  // device's failure if the launch found one (the caller reports it once unlocked).
-  std::exception_ptr launch_locked(detail::Ref<Work> work) noexcept;
-  // Orders this stream after `dep` on the GPU; sets `decided_later` if its failure can only
-  // be known once it has finished.
-  void order_after(const detail::Dep& dep, bool& decided_later);
-  // Puts the stream on the watcher's list (it was not: the caller set watched_ under
-  // inflight_mu_), or wakes the watcher.
-  void ensure_watched() noexcept;
-  void watch_or_wake(bool newly_watched) noexcept;
-
   CudaDevice& owner_;
   // Counts the stream in its device's room for the watcher's list (Watcher::add_stream)
   // while it lives, also when a later part of the constructor throws.
@@ -208,24 +151,12 @@ class CudaStream : public detail::StreamState {
   const bool per_thread_;
   const std::thread::id thread_;
   CudaTimeline& timeline_;
+  // The device made current over a launch's steps (begin_launch to end_launch, under the
+  // engine's launch lock).
+  std::optional<DeviceScope> scope_;
 
   std::mutex workspace_mu_;
   detail::Ref<Storage> workspace_;
-
-  // Launches are serialized (submit's direct ones and the watcher's releases) in seq order.
-  detail::RuntimeMutex launch_mu_;
-  WorkList held_;
-  std::atomic<std::size_t> held_count_{0};
-  std::atomic<bool> release_due_{false};
-  std::uint64_t last_seq_ = 0;  // the last work submitted (held or launched)
-
-  detail::RuntimeMutex inflight_mu_;
-  WorkList inflight_;
-  // The sequence number of the oldest work in flight (kNoneInFlight: none), for retire()'s
-  // look without the lock. Written under inflight_mu_.
-  static constexpr std::uint64_t kNoneInFlight = ~std::uint64_t{0};
-  std::atomic<std::uint64_t> oldest_inflight_{kNoneInFlight};
-  bool watched_ = false;  // the watcher has this stream on its list
 };
 
 // The CUDA stream behind a stream of a CUDA device.

@@ -1,0 +1,170 @@
+// DeviceStream: the protocol of a stream whose device runs its work itself (a GPU), written
+// once for every such backend. A backend's stream derives from it and implements the native
+// interface below: launch a body, place a marker, publish the end of a work, wait on the
+// device for another stream's work, and say what it finds in flight.
+//
+// What the engine does with a Work it is given (StreamState::submit, in sequence order):
+//
+// * Held: a Work that depends on host-side work not finished yet (a UserEvent, an op of the
+//   CPU, GPU work still held itself, or work the device cannot wait for) stays on the host,
+//   with every Work submitted after it, and is launched, in order, once that work has
+//   finished: a listener on its fence sets release_due and wakes the watcher, whose turn
+//   calls release_if_due(). A wait on the device for a word the host sets later would be
+//   quicker, but while a stream waits on the device anything that synchronizes the device
+//   waits too (CUDA's lazy loading of a kernel did, and hung): held work blocks nothing.
+// * Launched (launch, under the launch lock, in order): ordered on the device after what it
+//   depends on there, failed at once where a dependency is known to have failed (it then runs
+//   nothing, unless it must be issued all the same: a collective), else its body or marker
+//   goes to the device, followed by the publication of its end. Whether a dependency that is
+//   still running fails is known only later: the error is decided when first read
+//   (Work::decide_error_later). Then it is in flight.
+// * Retired (retire(), the watcher's turn): in-flight Works the timeline shows finished leave
+//   the list oldest first; their deferred errors are decided, the backend takes their timing,
+//   and what they held (memory, the body) is released.
+// * Abandoned (abandon(), the device lost): everything held and in flight fails with the
+//   device's error, and the timeline passes it.
+//
+// The engine's state and locks: the launch lock (launch_mu_) orders launches (submit's direct
+// ones and the watcher's releases) and guards the held list; the in-flight lock guards the
+// in-flight list. Neither is held while calling out to users' objects. The lists are linked
+// through the Works (WorkList): submit, launch and retire allocate nothing that could fail,
+// but a release listener (when one cannot be had, the watcher looks at the held work on each
+// of its turns).
+//
+// Thread-safety: every member, from any thread; the native interface's calls are made under
+// the launch lock (launch side) or from the watcher's turn (retire side), as each says.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <memory>
+
+#include "core/runtime_lock.hpp"
+#include "core/stream_state.hpp"
+#include "core/work_list.hpp"
+
+namespace eventide::detail {
+
+class DeviceStream;
+
+// The device a DeviceStream belongs to, as the engine sees it: its failure and its watcher.
+class DeviceEngine {
+ public:
+  virtual ~DeviceEngine() = default;
+  // The device's failure as a whole (a GPU's sticky error), else null. Sticky.
+  virtual std::exception_ptr broken() const noexcept = 0;
+  // The device has failed with `error` (the first one stays): everything in flight and held
+  // on its streams fails (their abandon()), and later work fails at once.
+  virtual void mark_broken(std::exception_ptr error) noexcept = 0;
+  // Something for the watcher to look at soon: new work in flight, held work due.
+  virtual void wake() noexcept = 0;
+  // Puts `stream` (work in flight or held) on the watcher's list. Allocates nothing.
+  virtual void watch(std::shared_ptr<DeviceStream> stream) noexcept = 0;
+};
+
+class DeviceStream : public StreamState {
+ public:
+  ~DeviceStream() override;
+
+  // --- For the watcher's turn ---
+  // Launches held work whose host-side dependencies have finished.
+  void release_if_due() noexcept;
+  // Retires what has finished; true if work is still in flight or held.
+  bool retire() noexcept;
+  // Fails everything in flight and held with `error` and passes the timeline beyond it (the
+  // device is lost).
+  void abandon(const std::exception_ptr& error) noexcept;
+  // How many Works are held on the host now.
+  std::size_t held_count() const noexcept { return held_count_.load(std::memory_order_acquire); }
+
+ protected:
+  // `timeline` is device-written (the device publishes each Work's end into its counter).
+  DeviceStream(Device device, std::uint64_t id, Ref<Timeline> timeline, DeviceEngine& engine);
+
+  void submit(Ref<Work> work) noexcept final;
+
+  // --- The native interface: what a backend's stream implements ---
+  // Launch side: called under the launch lock, in sequence order; each may throw (the Work
+  // fails with what it threw), publish excepted, whose failure loses the device.
+
+  // The first dependency of `work` that the device cannot wait for (host-side work not
+  // finished, device work not launched yet or that this stream cannot wait on: see
+  // can_wait_on_device), else null. A backend may hold more (work it cannot launch yet).
+  virtual const Dep* host_wait(const Work& work) noexcept;
+  // Whether this stream can wait on the device for `producer`: launched, unfinished work on
+  // another device-written timeline (of this device or another).
+  virtual bool can_wait_on_device(const Work& producer) noexcept = 0;
+  // Orders what this stream launches next after `producer` on the device (can_wait_on_device
+  // said it can).
+  virtual void wait_on_device(const Work& producer) = 0;
+  // Around the steps of one launch (a device made current on the thread, say).
+  virtual void begin_launch() {}
+  virtual void end_launch() noexcept {}
+  // Sends `work`'s body to the device (its kernels, timed as the backend times them).
+  virtual void launch_body(Work& work) = 0;
+  // Places a timed marker (Work::is_marker, timing on) in the device's stream: its stamp.
+  virtual void launch_marker(Work& work) = 0;
+  // Publishes the end of `work`: the timeline shows it finished once the device has run it.
+  // Throws if it cannot: the device is then taken for lost.
+  virtual void publish(Work& work) = 0;
+  // Where work may not be held (it would be launched by another thread, and that is not
+  // allowed here): the error `work` fails with for waiting on `dep`; null where it may be.
+  virtual std::exception_ptr unholdable(const Work& work, const Dep& dep) noexcept;
+
+  // Retire side: called from retire() (the watcher's turn).
+
+  // Whether the device writes the counter itself: then nothing in flight has finished while
+  // the counter is below the oldest in-flight Work, and retire() looks without a lock.
+  virtual bool device_writes_counter() const noexcept { return true; }
+  // The sequence number through which the in-flight Works (oldest first) have finished, given
+  // the counter's `completed`. Under the in-flight lock; allocates nothing.
+  virtual std::uint64_t finished_through(std::uint64_t completed, const WorkList& inflight) noexcept;
+  // The Works through `seq` have finished (a backend that advances the counter itself does it
+  // here).
+  virtual void reached(std::uint64_t seq) noexcept;
+  // `work` has finished and leaves the stream: its timing is the backend's to take, and what
+  // publish() took for it goes back. Its execution state is released after this.
+  virtual void retired(Work& work) noexcept;
+  // Abandon side: what the device still holds of this stream's work is dropped (a fake
+  // device's queue). Under no engine lock.
+  virtual void drop_native_work() noexcept {}
+
+  DeviceEngine& engine() const noexcept { return engine_; }
+
+ private:
+  friend class ReleaseListener;
+
+  // Has the watcher release held work when the host-side work the first held Work waits for
+  // finishes. Under launch_mu_.
+  void hold_until_ready() noexcept;
+  // Launches `work` on the device after what it depends on there. Under launch_mu_. Returns
+  // the device's failure if the launch found one (the caller reports it once unlocked).
+  std::exception_ptr launch_locked(Ref<Work> work) noexcept;
+  // Orders this stream after `dep` on the device; sets `decided_later` if its failure can
+  // only be known once it has finished.
+  void order_after(const Dep& dep, bool& decided_later);
+  // Puts the stream on the watcher's list if it was not (the caller set watched_ under
+  // inflight_mu_), else wakes the watcher.
+  void ensure_watched() noexcept;
+  void watch_or_wake(bool newly_watched) noexcept;
+
+  DeviceEngine& engine_;
+
+  // Launches are serialized (submit's direct ones and the watcher's releases) in seq order.
+  RuntimeMutex launch_mu_;
+  WorkList held_;
+  std::atomic<std::size_t> held_count_{0};
+  std::atomic<bool> release_due_{false};
+  std::uint64_t last_seq_ = 0;  // the last Work submitted (held or launched)
+
+  RuntimeMutex inflight_mu_;
+  WorkList inflight_;
+  // The sequence number of the oldest Work in flight (kNoneInFlight: none), for retire()'s
+  // look without the lock. Written under inflight_mu_.
+  static constexpr std::uint64_t kNoneInFlight = ~std::uint64_t{0};
+  std::atomic<std::uint64_t> oldest_inflight_{kNoneInFlight};
+  bool watched_ = false;  // the watcher has this stream on its list (under inflight_mu_)
+};
+
+}  // namespace eventide::detail
