@@ -114,7 +114,7 @@ std::exception_ptr device_failure(Device device, const std::exception_ptr& error
 }  // namespace
 
 void CudaDevice::watch(std::shared_ptr<detail::DeviceStream> stream) noexcept {
-  watcher_.watch(std::static_pointer_cast<CudaStream>(std::move(stream)));  // (its streams are all CudaStreams)
+  watcher_.watch(std::move(stream));
 }
 
 void CudaDevice::mark_broken(std::exception_ptr error) noexcept {
