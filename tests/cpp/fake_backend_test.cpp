@@ -296,3 +296,43 @@ TEST(FakeBackendTest, ADeviceWithoutNativeEventsRefusesThemByName) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 28: the fake runs on the core's device-stream engine; these are its retire and
+// held-behind-held paths, which the CUDA backend shares.
+
+TEST(FakeBackendTest, WhatAWorkHoldsIsLetGoOfWhenItRetiresNotBefore) {
+  run_with_deadline([] {
+    ev::Stream s(kFake0);
+    auto kept = std::make_shared<int>(7);
+    ev::Event e = s.enqueue("op", [kept] {});
+    EXPECT_EQ(kept.use_count(), 2);  // the body holds it in flight
+    EXPECT_EQ(fake::run(s, SIZE_MAX, fake::Progress::silent), 1u);
+    EXPECT_TRUE(e.poll());           // the device has written the counter...
+    EXPECT_EQ(kept.use_count(), 2);  // ...but the work has not retired yet
+    fake::notify(s);                 // the watcher's turn
+    EXPECT_EQ(kept.use_count(), 1);
+  });
+}
+
+TEST(FakeBackendTest, WorkBehindHeldWorkOfAnotherStreamIsHeldUntilThatHasRun) {
+  run_with_deadline([] {
+    ev::Stream a(kFake0), b(kFake0);
+    ev::UserEvent gate;
+    a.wait(gate);
+    ev::Event first = a.enqueue("first", [] {});  // held: behind the gate
+    b.wait(first);                                 // on work that is itself held
+    ev::Event second = b.enqueue("second", [] {});
+    EXPECT_EQ(fake::held(a), 2u);
+    EXPECT_EQ(fake::held(b), 2u);  // a GPU never waits for work its host still holds
+    gate.set();
+    EXPECT_EQ(fake::run(a), 2u);   // released and run
+    EXPECT_TRUE(first.poll());
+    EXPECT_EQ(fake::run(b), 2u);   // released once `first` has finished
+    EXPECT_TRUE(second.poll());
+    EXPECT_EQ(second.error(), nullptr);
+  });
+}
+
+}  // namespace
