@@ -143,21 +143,24 @@ class Event {
   // failed tied work.
   void wait() const;
   // Like wait(), up to `timeout`: true if finished, false on timeout.
-  bool wait_for(std::chrono::nanoseconds timeout) const;
+  [[nodiscard]] bool wait_for(std::chrono::nanoseconds timeout) const;
   // Any duration; those beyond what nanoseconds hold (hours::max()) mean no time limit.
   template <class Rep, class Period>
-  bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
+  [[nodiscard]] bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
     return wait_for(detail::saturating_ns(timeout));
   }
+  // Like wait(), until `deadline` on the steady clock (abseil's deadline form beside the
+  // timeout form): true if finished, false once the deadline has passed.
+  [[nodiscard]] bool wait_until(std::chrono::steady_clock::time_point deadline) const;
   // PyTorch's spelling of wait().
   void synchronize() const { wait(); }
 
   // Non-blocking: true once all tied work has finished (also when it failed); false when
   // EMPTY or PENDING. Never throws.
-  bool poll() const noexcept;
-  bool completed() const noexcept { return poll(); }
-  bool query() const noexcept { return poll(); }
-  EventStatus status() const noexcept;
+  [[nodiscard]] bool poll() const noexcept;
+  [[nodiscard]] bool completed() const noexcept { return poll(); }
+  [[nodiscard]] bool query() const noexcept { return poll(); }
+  [[nodiscard]] EventStatus status() const noexcept;
 
   // The device of the tied work; nullopt until the first record unless given.
   std::optional<Device> device() const;
@@ -216,6 +219,7 @@ class Event {
   explicit Event(std::shared_ptr<detail::EventState> state) noexcept : state_(std::move(state)) {}
 
  private:
+  bool wait_until_deadline(const std::optional<std::chrono::steady_clock::time_point>& deadline) const;
   CallbackId add_callback_impl(detail::Callback fn);
   [[noreturn]] static void throw_null_callback();
 
@@ -287,35 +291,45 @@ class UserEvent : public Event {
 void wait_all(std::span<const Event> events);
 void wait_all(std::initializer_list<Event> events);
 // Like wait_all, up to `timeout`: false if some event had not finished by then.
-bool wait_all_for(std::span<const Event> events, std::chrono::nanoseconds timeout);
-bool wait_all_for(std::initializer_list<Event> events, std::chrono::nanoseconds timeout);
+[[nodiscard]] bool wait_all_for(std::span<const Event> events, std::chrono::nanoseconds timeout);
+[[nodiscard]] bool wait_all_for(std::initializer_list<Event> events, std::chrono::nanoseconds timeout);
 // Any duration; those beyond what nanoseconds hold mean no time limit.
 template <class Rep, class Period>
-bool wait_all_for(std::span<const Event> events, std::chrono::duration<Rep, Period> timeout) {
+[[nodiscard]] bool wait_all_for(std::span<const Event> events, std::chrono::duration<Rep, Period> timeout) {
   return wait_all_for(events, detail::saturating_ns(timeout));
 }
 template <class Rep, class Period>
-bool wait_all_for(std::initializer_list<Event> events, std::chrono::duration<Rep, Period> timeout) {
+[[nodiscard]] bool wait_all_for(std::initializer_list<Event> events, std::chrono::duration<Rep, Period> timeout) {
   return wait_all_for(events, detail::saturating_ns(timeout));
 }
+
+// Like wait_all, until `deadline` on the steady clock: false if some event had not finished
+// by then.
+[[nodiscard]] bool wait_all_until(std::span<const Event> events, std::chrono::steady_clock::time_point deadline);
+[[nodiscard]] bool wait_all_until(std::initializer_list<Event> events, std::chrono::steady_clock::time_point deadline);
 
 // Blocks until one of `events` has finished (also if it failed: check its error()) and
 // returns its index, the lowest among those finished; nullopt on timeout. InvalidArgument for
 // an empty list, StateError if one of them is EMPTY.
-std::optional<std::size_t> wait_any(std::span<const Event> events,
+[[nodiscard]] std::optional<std::size_t> wait_any(std::span<const Event> events,
                                     std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
-std::optional<std::size_t> wait_any(std::initializer_list<Event> events,
+[[nodiscard]] std::optional<std::size_t> wait_any(std::initializer_list<Event> events,
                                     std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
 // Any duration; those beyond what nanoseconds hold mean no time limit.
 template <class Rep, class Period>
-std::optional<std::size_t> wait_any(std::span<const Event> events,
+[[nodiscard]] std::optional<std::size_t> wait_any(std::span<const Event> events,
                                     std::chrono::duration<Rep, Period> timeout) {
   return wait_any(events, std::optional<std::chrono::nanoseconds>(detail::saturating_ns(timeout)));
 }
 template <class Rep, class Period>
-std::optional<std::size_t> wait_any(std::initializer_list<Event> events,
+[[nodiscard]] std::optional<std::size_t> wait_any(std::initializer_list<Event> events,
                                     std::chrono::duration<Rep, Period> timeout) {
   return wait_any(events, std::optional<std::chrono::nanoseconds>(detail::saturating_ns(timeout)));
 }
+// Like wait_any, until `deadline` on the steady clock: nullopt once it has passed.
+[[nodiscard]] std::optional<std::size_t> wait_any_until(std::span<const Event> events,
+                                                        std::chrono::steady_clock::time_point deadline);
+[[nodiscard]] std::optional<std::size_t> wait_any_until(std::initializer_list<Event> events,
+                                                        std::chrono::steady_clock::time_point deadline);
 
 }  // namespace eventide

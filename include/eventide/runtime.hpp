@@ -24,8 +24,8 @@ void synchronize(Device device);
 // Like synchronize(), up to `timeout`: true once that work has finished (then DeviceError if a
 // device has failed), false on timeout. See SyncPoint (stream.hpp) to wait in steps for a
 // fixed end.
-bool synchronize_for(std::chrono::nanoseconds timeout);
-bool synchronize_for(Device device, std::chrono::nanoseconds timeout);
+[[nodiscard]] bool synchronize_for(std::chrono::nanoseconds timeout);
+[[nodiscard]] bool synchronize_for(Device device, std::chrono::nanoseconds timeout);
 
 // Gives the memory eventide keeps for reuse back to the system, on every device: the blocks
 // of freed tensors that the CPU's cache of large blocks and each GPU's block cache and memory

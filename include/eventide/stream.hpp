@@ -122,7 +122,7 @@ class Stream {
 
   // Non-blocking: true when all work enqueued so far has finished (on a GPU, the other code's
   // work on the native stream too).
-  bool query() const;
+  [[nodiscard]] bool query() const;
   // Blocks until all work enqueued so far has finished (on a GPU, the other code's work on
   // the native stream too). Does not throw for failed ops (their events and tensors carry the
   // errors); throws DeviceError if the device has failed.
@@ -130,11 +130,13 @@ class Stream {
   // Like synchronize(), up to `timeout`: true once the work enqueued before the call has
   // finished (then DeviceError if the device has failed), false on timeout. Waiting again
   // waits for the same work: use a SyncPoint to wait in steps for a fixed end.
-  bool synchronize_for(std::chrono::nanoseconds timeout) const;
+  [[nodiscard]] bool synchronize_for(std::chrono::nanoseconds timeout) const;
   template <class Rep, class Period>
-  bool synchronize_for(std::chrono::duration<Rep, Period> timeout) const {
+  [[nodiscard]] bool synchronize_for(std::chrono::duration<Rep, Period> timeout) const {
     return synchronize_for(detail::saturating_ns(timeout));
   }
+  // Like synchronize(), until `deadline` on the steady clock.
+  [[nodiscard]] bool synchronize_until(std::chrono::steady_clock::time_point deadline) const;
   // Why the stream is broken (a wait on a failed event), else null.
   std::exception_ptr error() const;
 
@@ -192,16 +194,20 @@ class SyncPoint {
   SyncPoint();
 
   // Non-blocking: true once all of it has finished (also when ops in it failed).
-  bool query() const;
+  [[nodiscard]] bool query() const;
   // Blocks until all of it has finished; then throws DeviceError if a device it covers has
   // failed as a whole (a GPU's sticky error). Failed ops do not throw: their events and
   // tensors carry the errors.
   void wait() const;
   // Like wait(), up to `timeout`: false on timeout (and no DeviceError check then).
-  bool wait_for(std::chrono::nanoseconds timeout) const;
+  [[nodiscard]] bool wait_for(std::chrono::nanoseconds timeout) const;
   template <class Rep, class Period>
-  bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
+  [[nodiscard]] bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
     return wait_for(detail::saturating_ns(timeout));
+  }
+  // Like wait(), until `deadline` on the steady clock: false once it has passed.
+  [[nodiscard]] bool wait_until(std::chrono::steady_clock::time_point deadline) const {
+    return wait_until(std::optional<std::chrono::steady_clock::time_point>(deadline));
   }
 
  private:
@@ -217,7 +223,7 @@ class SyncPoint {
   };
   void add(const std::shared_ptr<detail::StreamState>& stream);
   void add_device(Device device);
-  bool wait_until(const std::optional<std::chrono::steady_clock::time_point>& deadline) const;
+  [[nodiscard]] bool wait_until(const std::optional<std::chrono::steady_clock::time_point>& deadline) const;
 
   std::vector<Point> points_;
   std::vector<DevicePoint> device_points_;

@@ -62,15 +62,19 @@ class Tensor {
   Device device() const;
 
   // Non-blocking: the producer has finished (also if it failed).
-  bool ready() const;
+  [[nodiscard]] bool ready() const;
   // Blocks until the producer has finished; rethrows its error.
   void wait() const;
   // Like wait(), up to `timeout`: true if the producer has finished (rethrowing its error),
   // false on timeout.
-  bool wait_for(std::chrono::nanoseconds timeout) const;
+  [[nodiscard]] bool wait_for(std::chrono::nanoseconds timeout) const;
   template <class Rep, class Period>
-  bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
+  [[nodiscard]] bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
     return wait_for(detail::saturating_ns(timeout));
+  }
+  // Like wait(), until `deadline` on the steady clock: false once it has passed.
+  [[nodiscard]] bool wait_until(std::chrono::steady_clock::time_point deadline) const {
+    return wait_until(std::optional<std::chrono::steady_clock::time_point>(deadline));
   }
   // The producer's error once it has failed, else null.
   std::exception_ptr error() const;
@@ -124,7 +128,7 @@ class Tensor {
   const std::shared_ptr<detail::TensorState>& state() const noexcept { return state_; }
 
  private:
-  bool wait_until(const std::optional<std::chrono::steady_clock::time_point>& deadline) const;
+  [[nodiscard]] bool wait_until(const std::optional<std::chrono::steady_clock::time_point>& deadline) const;
   void check_element_type(DType as) const;
   void add_completion_callback_impl(detail::Callback fn) const;
   [[noreturn]] static void throw_null_callback();

@@ -78,5 +78,8 @@ bool Stream::synchronize_for(std::chrono::nanoseconds timeout) const {
   return SyncPoint(*this).wait_for(timeout);
 }
 void Stream::synchronize() const { SyncPoint(*this).wait(); }
+bool Stream::synchronize_until(std::chrono::steady_clock::time_point deadline) const {
+  return SyncPoint(*this).wait_until(deadline);
+}
 
 }  // namespace eventide

@@ -143,8 +143,16 @@ void Event::wait() const {
 }
 
 bool Event::wait_for(std::chrono::nanoseconds timeout) const {
+  return wait_until_deadline(detail::deadline_after(timeout));
+}
+
+bool Event::wait_until(std::chrono::steady_clock::time_point deadline) const {
+  return wait_until_deadline(deadline);
+}
+
+bool Event::wait_until_deadline(const std::optional<std::chrono::steady_clock::time_point>& deadline) const {
   detail::nvtx::Scope range("wait");
-  if (!state_->wait_until(detail::deadline_after(timeout))) return false;
+  if (!state_->wait_until(deadline)) return false;
   if (auto e = state_->error()) std::rethrow_exception(e);
   return true;
 }
@@ -162,7 +170,7 @@ void check_not_empty(std::span<const Event> events, const char* fn) {
   }
 }
 
-bool wait_all_until(std::span<const Event> events, const detail::Deadline& deadline) {
+bool wait_all_by(std::span<const Event> events, const detail::Deadline& deadline) {
   detail::nvtx::Scope range("wait_all");
   check_not_empty(events, "wait_all");
   for (const Event& e : events) {
@@ -176,23 +184,29 @@ bool wait_all_until(std::span<const Event> events, const detail::Deadline& deadl
 
 }  // namespace
 
-void wait_all(std::span<const Event> events) { wait_all_until(events, std::nullopt); }
+void wait_all(std::span<const Event> events) { (void)wait_all_by(events, std::nullopt); }
 void wait_all(std::initializer_list<Event> events) {
   wait_all(std::span<const Event>(events.begin(), events.size()));
 }
 bool wait_all_for(std::span<const Event> events, std::chrono::nanoseconds timeout) {
-  return wait_all_until(events, detail::deadline_after(timeout));
+  return wait_all_by(events, detail::deadline_after(timeout));
+}
+bool wait_all_until(std::span<const Event> events, std::chrono::steady_clock::time_point deadline) {
+  return wait_all_by(events, deadline);
+}
+bool wait_all_until(std::initializer_list<Event> events, std::chrono::steady_clock::time_point deadline) {
+  return wait_all_by(std::span<const Event>(events.begin(), events.size()), deadline);
 }
 bool wait_all_for(std::initializer_list<Event> events, std::chrono::nanoseconds timeout) {
   return wait_all_for(std::span<const Event>(events.begin(), events.size()), timeout);
 }
 
-std::optional<std::size_t> wait_any(std::span<const Event> events,
-                                    std::optional<std::chrono::nanoseconds> timeout) {
+namespace {
+
+std::optional<std::size_t> wait_any_by(std::span<const Event> events, const detail::Deadline& deadline) {
   detail::nvtx::Scope range("wait_any");
   if (events.empty()) throw InvalidArgument("wait_any: the list of events is empty");
   check_not_empty(events, "wait_any");
-  const detail::Deadline deadline = detail::deadline_after(timeout);
   // One entry per distinct event, at its lowest index: a list may repeat one event many times,
   // and registering with it once per copy made the wait quadratic in the copies.
   struct Entry {
@@ -253,9 +267,23 @@ std::optional<std::size_t> wait_any(std::span<const Event> events,
   return result;
 }
 
+}  // namespace
+
+std::optional<std::size_t> wait_any(std::span<const Event> events,
+                                    std::optional<std::chrono::nanoseconds> timeout) {
+  return wait_any_by(events, detail::deadline_after(timeout));
+}
 std::optional<std::size_t> wait_any(std::initializer_list<Event> events,
                                     std::optional<std::chrono::nanoseconds> timeout) {
   return wait_any(std::span<const Event>(events.begin(), events.size()), timeout);
+}
+std::optional<std::size_t> wait_any_until(std::span<const Event> events,
+                                          std::chrono::steady_clock::time_point deadline) {
+  return wait_any_by(events, deadline);
+}
+std::optional<std::size_t> wait_any_until(std::initializer_list<Event> events,
+                                          std::chrono::steady_clock::time_point deadline) {
+  return wait_any_by(std::span<const Event>(events.begin(), events.size()), deadline);
 }
 
 }  // namespace eventide

@@ -114,7 +114,7 @@ TEST(UserEventTest, WaitersGetTheUsersOwnException) {
     EXPECT_TRUE(holds<UserError>(seen)) << what(seen);
     EXPECT_EQ(what(seen), "user failure");
     EXPECT_THROW(u.wait(), UserError);
-    EXPECT_THROW(u.wait_for(1s), UserError);
+    EXPECT_THROW((void)u.wait_for(1s), UserError);
     EXPECT_TRUE(holds<UserError>(u.error()));
     EXPECT_EQ(u.status(), ev::EventStatus::failed);
     EXPECT_TRUE(u.poll());

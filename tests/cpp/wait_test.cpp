@@ -93,7 +93,7 @@ TEST(WaitTest, WaitAllRethrowsTheUsersOwnExceptionOfAUserEvent) {
     ev::UserEvent u;
     u.fail(std::make_exception_ptr(UserError("mine")));
     EXPECT_THROW(ev::wait_all({u}), UserError);
-    EXPECT_THROW(ev::wait_all_for({u}, 1s), UserError);
+    EXPECT_THROW((void)ev::wait_all_for({u}, 1s), UserError);
   });
 }
 
@@ -117,7 +117,7 @@ TEST(WaitTest, WaitAllForRethrowsAFailure) {
   run_with_deadline([] {
     ev::Stream s;
     ev::Event bad = s.enqueue("bad", [] { throw UserError("x"); });
-    EXPECT_THROW(ev::wait_all_for({bad}, 30s), ev::OpError);
+    EXPECT_THROW((void)ev::wait_all_for({bad}, 30s), ev::OpError);
   });
 }
 
@@ -334,6 +334,46 @@ TEST(WaitTest, WaitAnyOverManyCopiesOfOneEventTimesOutOnTime) {
     EXPECT_EQ(ev::wait_any(mixed, 0ms), std::optional<std::size_t>(2));
     u.set();
     EXPECT_EQ(ev::wait_any(copies, 0ms), std::optional<std::size_t>(0));
+  });
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 28: every wait has a deadline form beside its timeout form, as abseil's do.
+TEST(WaitTest, EveryWaitHasADeadlineFormThatReturnsFalseOnceItHasPassed) {
+  run_with_deadline([] {
+    ev::Stream s;
+    ev::UserEvent gate;
+    s.wait(gate);
+    ev::Tensor t;
+    {
+      ev::StreamGuard g(s);
+      t = ev::ones({4});
+    }
+    ev::Event e;
+    e.record(t);
+    ev::SyncPoint point(s);
+    const auto soon = Clock::now() + 20ms;
+    const auto start = Clock::now();
+    EXPECT_FALSE(e.wait_until(soon));
+    EXPECT_FALSE(t.wait_until(soon));
+    EXPECT_FALSE(ev::wait_all_until({e}, soon));
+    EXPECT_EQ(ev::wait_any_until({e}, soon), std::nullopt);
+    EXPECT_FALSE(s.synchronize_until(soon));
+    EXPECT_FALSE(point.wait_until(soon));
+    EXPECT_GE(Clock::now() - start, 20ms);
+    EXPECT_LT(Clock::now() - start, 10s);  // each returned at the deadline, not later
+    gate.set();
+    const auto later = Clock::now() + 30s;
+    EXPECT_TRUE(e.wait_until(later));
+    EXPECT_TRUE(t.wait_until(later));
+    EXPECT_TRUE(ev::wait_all_until({e}, later));
+    EXPECT_EQ(ev::wait_any_until({e}, later), std::optional<std::size_t>(0));
+    EXPECT_TRUE(s.synchronize_until(later));
+    EXPECT_TRUE(point.wait_until(later));
+    EXPECT_TRUE(e.wait_until(Clock::now() - 1s));  // a past deadline: finished work still says so
   });
 }
 
