@@ -443,7 +443,7 @@ std::string EventState::str_locked() const {
   return out;
 }
 
-EventState::Snapshot EventState::snapshot(bool for_stream) {
+EventState::Snapshot EventState::snapshot(SnapshotFor what) {
   Actions actions;
   RunOnExit run_actions{*this, actions};  // also if the copy below runs out of memory
   Snapshot snap;
@@ -454,7 +454,7 @@ EventState::Snapshot EventState::snapshot(bool for_stream) {
     snap.status = status_.load(std::memory_order_relaxed);
     snap.pending = pending_;
     snap.error = error_;
-    if (for_stream) skip = host_verdict_.get();  // kept alive by snap.pending while pending
+    if (what == SnapshotFor::stream_wait) skip = host_verdict_.get();  // kept alive by snap.pending while pending
   }
   if (skip) {
     // Streams order after the GPU-side part alone (record_host_verdict); the verdict's error

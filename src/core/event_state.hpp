@@ -128,14 +128,16 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // first call, so that an event nobody observes never takes one.
   std::uint64_t observer_id() const noexcept;
 
-  // What a stream waiting on this event must wait for (`for_stream`), or all of its pending
-  // work (an export to another process: the host verdict of record_host_verdict too).
+  // What a stream waiting on this event must wait for (SnapshotFor::stream_wait), or all of
+  // its pending work (SnapshotFor::export_all: an export to another process, the host verdict
+  // of record_host_verdict too).
   struct Snapshot {
     EventStatus status;
     std::vector<Ref<Work>> pending;
     std::exception_ptr error;
   };
-  Snapshot snapshot(bool for_stream = true);
+  enum class SnapshotFor { stream_wait, export_all };
+  Snapshot snapshot(SnapshotFor what = SnapshotFor::stream_wait);
 
   // Registers `parker` to be unparked when the event finishes; false (not registered) if it
   // has finished already.

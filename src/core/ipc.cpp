@@ -825,7 +825,7 @@ ExportedEvent export_event(const Event& event) {
   Runtime& rt = Runtime::get();
   rt.check_running();
   const std::shared_ptr<EventState>& st = event.state();
-  EventState::Snapshot snap = st->snapshot(/*for_stream=*/false);
+  EventState::Snapshot snap = st->snapshot(EventState::SnapshotFor::export_all);
   if (snap.status == EventStatus::empty) {
     throw StateError("export_event: " + st->str() +
                      " is EMPTY: it would never finish; record work on it first");

@@ -58,7 +58,7 @@ Event Event::from_native(CUevent_st* native_event, Device device, EventOptions o
 }
 
 CUevent_st* Event::native_handle() const {
-  detail::EventState::Snapshot snap = state_->snapshot(/*for_stream=*/true);
+  detail::EventState::Snapshot snap = state_->snapshot(detail::EventState::SnapshotFor::stream_wait);
   if (snap.status == EventStatus::empty) {
     throw StateError("Event::native_handle: " + str() +
                      " is empty, and a native event never recorded reads as passed: record work on it first");

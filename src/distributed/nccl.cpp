@@ -9,7 +9,7 @@
 #include <limits>
 #include <string>
 
-#include "backends/cuda/cuda_api.hpp"
+#include "backends/cuda/device_scope.hpp"
 #include "distributed/mpi.hpp"
 #include "eventide/errors.hpp"
 

@@ -60,6 +60,38 @@ EVENTIDE_HD inline double open_f64(std::uint32_t lo, std::uint32_t hi) {
   return (static_cast<double>(x >> 11) + 1.0) * 0x1.0p-53;
 }
 
+// One block's values in the layout above, written once for every backend (the CPU's loops and
+// the GPU's kernels call these): four f32 uniforms, two f64 uniforms, or one Box-Muller pair.
+EVENTIDE_HD inline void uniform_f32_block(std::uint64_t seed, std::uint64_t block, float out[4]) {
+  std::uint32_t r[4];
+  generate(seed, block, r);
+  for (int j = 0; j < 4; ++j) out[j] = unit_f32(r[j]);
+}
+EVENTIDE_HD inline void uniform_f64_block(std::uint64_t seed, std::uint64_t block, double out[2]) {
+  std::uint32_t r[4];
+  generate(seed, block, r);
+  out[0] = unit_f64(r[0], r[1]);
+  out[1] = unit_f64(r[2], r[3]);
+}
+// T: float (two uniforms from lanes 0 and 1) or double (from lanes 0-1 and 2-3).
+template <class T>
+EVENTIDE_HD inline void normal_pair(std::uint64_t seed, std::uint64_t block, T& first, T& second) {
+  std::uint32_t r[4];
+  generate(seed, block, r);
+  T u1, u2;
+  if constexpr (sizeof(T) == sizeof(double)) {
+    u1 = open_f64(r[0], r[1]);
+    u2 = unit_f64(r[2], r[3]);
+  } else {
+    u1 = open_f32(r[0]);
+    u2 = unit_f32(r[1]);
+  }
+  const T radius = std::sqrt(T(-2) * std::log(u1));
+  const T angle = static_cast<T>(6.283185307179586) * u2;  // 2 pi
+  first = radius * std::cos(angle);
+  second = radius * std::sin(angle);
+}
+
 inline std::uint64_t blocks_for(std::int64_t numel, bool is_f64, bool normal) {
   auto n = static_cast<std::uint64_t>(numel);
   if (normal) return (n + 1) / 2;

@@ -4,7 +4,6 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
-#include <numbers>
 #include <type_traits>
 
 #include "backends/cpu/blas.hpp"
@@ -76,36 +75,25 @@ void binary_loop(BinaryOp op, const T* a, const T* b, T* out, std::int64_t n) {
 template <class T>
 void random_fill(T* out, std::int64_t n, RandomKind kind, std::uint64_t seed, std::uint64_t offset) {
   namespace px = ops::philox;
-  std::uint32_t r[4];
-  constexpr bool f64 = std::is_same_v<T, double>;
   if (kind == RandomKind::uniform) {
-    constexpr std::int64_t per_block = f64 ? 2 : 4;
+    constexpr std::int64_t per_block = std::is_same_v<T, double> ? 2 : 4;
+    T v[per_block];
     for (std::int64_t i = 0; i < n; i += per_block) {
-      px::generate(seed, offset + static_cast<std::uint64_t>(i / per_block), r);
-      for (std::int64_t j = 0; j < per_block && i + j < n; ++j) {
-        if constexpr (f64) {
-          out[i + j] = px::unit_f64(r[2 * j], r[2 * j + 1]);
-        } else {
-          out[i + j] = px::unit_f32(r[j]);
-        }
+      const std::uint64_t block = offset + static_cast<std::uint64_t>(i / per_block);
+      if constexpr (per_block == 2) {
+        px::uniform_f64_block(seed, block, v);
+      } else {
+        px::uniform_f32_block(seed, block, v);
       }
+      for (std::int64_t j = 0; j < per_block && i + j < n; ++j) out[i + j] = v[j];
     }
     return;
   }
-  constexpr T two_pi = static_cast<T>(2 * std::numbers::pi);
   for (std::int64_t i = 0; i < n; i += 2) {
-    px::generate(seed, offset + static_cast<std::uint64_t>(i / 2), r);
-    T u1, u2;
-    if constexpr (f64) {
-      u1 = px::open_f64(r[0], r[1]);
-      u2 = px::unit_f64(r[2], r[3]);
-    } else {
-      u1 = px::open_f32(r[0]);
-      u2 = px::unit_f32(r[1]);
-    }
-    T radius = std::sqrt(T(-2) * std::log(u1));
-    out[i] = radius * std::cos(two_pi * u2);
-    if (i + 1 < n) out[i + 1] = radius * std::sin(two_pi * u2);
+    T first, second;
+    px::normal_pair<T>(seed, offset + static_cast<std::uint64_t>(i / 2), first, second);
+    out[i] = first;
+    if (i + 1 < n) out[i + 1] = second;
   }
 }
 

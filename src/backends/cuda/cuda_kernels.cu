@@ -19,9 +19,6 @@ constexpr int kThreads = 256;
 // many per multiprocessor, and this many multiprocessors where CUDA cannot say.
 constexpr int kBlocksPerSm = 8;
 constexpr int kSmsIfUnknown = 80;
-// Box-Muller's angle: 2 pi times a uniform number.
-constexpr float kTwoPiF = 6.283185307179586f;
-constexpr double kTwoPi = 6.283185307179586;
 
 int blocks_for(std::int64_t n) {
   static const int max_blocks = [] {
@@ -122,25 +119,24 @@ __global__ void binary_kernel(BinaryKind kind, const T* a, const T* b, T* out, s
 
 namespace px = ops::philox;
 
-// Uniform f32-layout numbers (and their f16/bf16 roundings): element i is lane i % 4 of
-// block offset + i / 4.
+// Uniform f32-layout numbers (and their f16/bf16 roundings): element i is value i % 4 of
+// block offset + i / 4 (ops/philox.hpp's layout, as on the CPU).
 template <class T>
 __global__ void uniform32_kernel(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::int64_t{gridDim.x} * blockDim.x) {
-    std::uint32_t r[4];
-    px::generate(seed, offset + static_cast<std::uint64_t>(i / 4), r);
-    out[i] = from_float<T>(px::unit_f32(r[i % 4]));
+    float v[4];
+    px::uniform_f32_block(seed, offset + static_cast<std::uint64_t>(i / 4), v);
+    out[i] = from_float<T>(v[i % 4]);
   }
 }
 
 __global__ void uniform64_kernel(double* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::int64_t{gridDim.x} * blockDim.x) {
-    std::uint32_t r[4];
-    px::generate(seed, offset + static_cast<std::uint64_t>(i / 2), r);
-    int j = static_cast<int>(i % 2);
-    out[i] = px::unit_f64(r[2 * j], r[2 * j + 1]);
+    double v[2];
+    px::uniform_f64_block(seed, offset + static_cast<std::uint64_t>(i / 2), v);
+    out[i] = v[i % 2];
   }
 }
 
@@ -150,13 +146,10 @@ __global__ void normal32_kernel(T* out, std::int64_t n, std::uint64_t seed, std:
   const std::int64_t pairs = (n + 1) / 2;
   for (std::int64_t j = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; j < pairs;
        j += std::int64_t{gridDim.x} * blockDim.x) {
-    std::uint32_t r[4];
-    px::generate(seed, offset + static_cast<std::uint64_t>(j), r);
-    float u1 = px::open_f32(r[0]), u2 = px::unit_f32(r[1]);
-    float radius = sqrtf(-2.0f * logf(u1));
-    float angle = kTwoPiF * u2;
-    out[2 * j] = from_float<T>(radius * cosf(angle));
-    if (2 * j + 1 < n) out[2 * j + 1] = from_float<T>(radius * sinf(angle));
+    float first, second;
+    px::normal_pair<float>(seed, offset + static_cast<std::uint64_t>(j), first, second);
+    out[2 * j] = from_float<T>(first);
+    if (2 * j + 1 < n) out[2 * j + 1] = from_float<T>(second);
   }
 }
 
@@ -164,13 +157,10 @@ __global__ void normal64_kernel(double* out, std::int64_t n, std::uint64_t seed,
   const std::int64_t pairs = (n + 1) / 2;
   for (std::int64_t j = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; j < pairs;
        j += std::int64_t{gridDim.x} * blockDim.x) {
-    std::uint32_t r[4];
-    px::generate(seed, offset + static_cast<std::uint64_t>(j), r);
-    double u1 = px::open_f64(r[0], r[1]), u2 = px::unit_f64(r[2], r[3]);
-    double radius = sqrt(-2.0 * log(u1));
-    double angle = kTwoPi * u2;
-    out[2 * j] = radius * cos(angle);
-    if (2 * j + 1 < n) out[2 * j + 1] = radius * sin(angle);
+    double first, second;
+    px::normal_pair<double>(seed, offset + static_cast<std::uint64_t>(j), first, second);
+    out[2 * j] = first;
+    if (2 * j + 1 < n) out[2 * j + 1] = second;
   }
 }
 
