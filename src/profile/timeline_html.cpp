@@ -1,5 +1,5 @@
 // Profile::timeline_html: one self-contained page (no script, font or style from elsewhere)
-// with the profile drawn on a canvas by a small script of its own (timeline_script.cpp),
+// with the profile drawn on a canvas by a small script of its own (timeline.js),
 // zoomable and pannable.
 //
 // The page, top to bottom: its title (TimelineOptions::title, else "eventide timeline") and
@@ -41,7 +41,7 @@
 //            when "every dependency" is ticked.
 //
 // Zoom: the mouse wheel (around the pointer), the + and − buttons or keys; pan: drag, or the
-// arrow keys; "whole profile" resets. timeline_script.cpp says what the script draws and what
+// arrow keys; "whole profile" resets. timeline_script.hpp says what the script draws and what
 // `window.eventideTimeline` offers a test.
 #include <algorithm>
 #include <array>
