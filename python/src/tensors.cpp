@@ -23,13 +23,23 @@ bool is_scalar(const py::handle& obj) {
          !PyComplex_Check(obj.attr("item")().ptr());
 }
 
+// The module of `obj`'s type ("numpy", "builtins", ...), "" where it has none.
+std::string module_of(const py::handle& obj) {
+  const py::handle type = py::type::handle_of(obj);
+  return py::hasattr(type, "__module__") ? py::str(type.attr("__module__")).cast<std::string>() : "";
+}
+
+// Data ev.tensor makes a tensor of, given where an op takes a tensor: a NumPy object, a list
+// or a tuple. Such an operand is pointed to ev.tensor (refuse_operand), not left to Python.
+bool array_like(const py::handle& obj) {
+  return py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj) || module_of(obj) == "numpy";
+}
+
 // What to say of an operand that is not an eventide tensor, nor a number where one is taken.
 [[noreturn]] void refuse_operand(const py::handle& obj, const std::string& op, const char* which) {
   const std::string type = py::str(py::type::handle_of(obj).attr("__qualname__")).cast<std::string>();
-  const std::string module = py::hasattr(py::type::handle_of(obj), "__module__")
-                                 ? py::str(py::type::handle_of(obj).attr("__module__")).cast<std::string>()
-                                 : "";
-  if (module == "numpy" || type == "list" || type == "tuple") {
+  const std::string module = module_of(obj);
+  if (array_like(obj)) {
     throw py::type_error(op + ": " + which + " is a " + (module.empty() || module == "builtins" ? type : module + "." + type) +
                          ", not an eventide.Tensor: make one with ev.tensor(" + which +
                          ") (a copy, on the default device) or ev.from_numpy(" + which +
@@ -99,15 +109,12 @@ Tensor elementwise(BinaryFn fn, const char* op, const py::object& a, const py::o
 // it does not take is NotImplemented, so that Python asks the other one (and says "unsupported
 // operand type(s)" if neither takes it), except for arrays and lists, which are pointed to
 // ev.tensor.
-py::object operator_form(BinaryFn fn, const char* op, const Tensor& self, const py::object& other, bool reflected) {
-  if (!py::isinstance<Tensor>(other) && !is_scalar(other)) {
-    const std::string module = py::str(py::type::handle_of(other).attr("__module__")).cast<std::string>();
-    if (module != "numpy" && !py::isinstance<py::list>(other) && !py::isinstance<py::tuple>(other)) {
-      return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-    }
+py::object operator_form(BinaryFn fn, const char* op, const py::object& self, const py::object& other,
+                         bool reflected) {
+  if (!py::isinstance<Tensor>(other) && !is_scalar(other) && !array_like(other)) {
+    return py::reinterpret_borrow<py::object>(Py_NotImplemented);
   }
-  py::object me = py::cast(self);
-  return py::cast(reflected ? elementwise(fn, op, other, me) : elementwise(fn, op, me, other));
+  return py::cast(reflected ? elementwise(fn, op, other, self) : elementwise(fn, op, self, other));
 }
 
 Tensor py_matmul(const py::object& a, const py::object& b) {
@@ -317,24 +324,21 @@ void bind_tensors(py::module_& m) {
            },
            "device"_a = py::none(),
            "A copy on a GPU (cuda:0, or `device`: an index or a device), asynchronous.")
-      .def("__matmul__", [](const Tensor& self, const py::object& other) -> py::object {
-             if (!py::isinstance<Tensor>(other)) {
-               const std::string module = py::str(py::type::handle_of(other).attr("__module__")).cast<std::string>();
-               if (module != "numpy" && !py::isinstance<py::list>(other)) {
-                 return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-               }
+      .def("__matmul__", [](const py::object& self, const py::object& other) -> py::object {
+             if (!py::isinstance<Tensor>(other) && !array_like(other)) {
+               return py::reinterpret_borrow<py::object>(Py_NotImplemented);
              }
-             return py::cast(py_matmul(py::cast(self), other));
+             return py::cast(py_matmul(self, other));
            }, "other"_a)
-      .def("__add__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::add, "add", t, o, false); }, "other"_a)
-      .def("__radd__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::add, "add", t, o, true); }, "other"_a)
-      .def("__sub__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::sub, "sub", t, o, false); }, "other"_a)
-      .def("__rsub__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::sub, "sub", t, o, true); }, "other"_a)
-      .def("__mul__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::mul, "mul", t, o, false); }, "other"_a)
-      .def("__rmul__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::mul, "mul", t, o, true); }, "other"_a)
-      .def("__truediv__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::div, "div", t, o, false); }, "other"_a)
-      .def("__rtruediv__", [](const Tensor& t, const py::object& o) { return operator_form(&eventide::div, "div", t, o, true); }, "other"_a)
-      .def("__neg__", [](const Tensor& t) { return elementwise(&eventide::mul, "neg", py::cast(t), py::int_(-1)); })
+      .def("__add__", [](const py::object& t, const py::object& o) { return operator_form(&eventide::add, "add", t, o, false); }, "other"_a)
+      .def("__radd__", [](const py::object& t, const py::object& o) { return operator_form(&eventide::add, "add", t, o, true); }, "other"_a)
+      .def("__sub__", [](const py::object& t, const py::object& o) { return operator_form(&eventide::sub, "sub", t, o, false); }, "other"_a)
+      .def("__rsub__", [](const py::object& t, const py::object& o) { return operator_form(&eventide::sub, "sub", t, o, true); }, "other"_a)
+      .def("__mul__", [](const py::object& t, const py::object& o) { return operator_form(&eventide::mul, "mul", t, o, false); }, "other"_a)
+      .def("__rmul__", [](const py::object& t, const py::object& o) { return operator_form(&eventide::mul, "mul", t, o, true); }, "other"_a)
+      .def("__truediv__", [](const py::object& t, const py::object& o) { return operator_form(&eventide::div, "div", t, o, false); }, "other"_a)
+      .def("__rtruediv__", [](const py::object& t, const py::object& o) { return operator_form(&eventide::div, "div", t, o, true); }, "other"_a)
+      .def("__neg__", [](const py::object& t) { return elementwise(&eventide::mul, "neg", t, py::int_(-1)); })
       .def("__getitem__", [](const Tensor& t, const py::object&) -> py::object {
              throw py::type_error("eventide.Tensor cannot be indexed or sliced: its ops are whole-tensor "
                                   "(+, -, *, /, @, astype, to, cpu); index a NumPy view of it, t.numpy()[...] "
