@@ -175,7 +175,7 @@ bool abort_job_on_error(int code, std::string_view reason) noexcept {
   detail::Process& p = detail::process();
   // Not under p.mu: finalize() holds it while it waits for collectives, which may be the very
   // wait this rank's error leaves unfinished. `world` is set once, by init(), before
-  // `initialized` is.
+  // `mpi_up` is.
   if (!p.mpi_up.load(std::memory_order_acquire) || detail::in_forked_child()) return false;
   detail::MpiWorld* world = p.world.get();
   if (!world || world->size() <= 1) return false;  // nobody waits for this rank

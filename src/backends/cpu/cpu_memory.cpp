@@ -198,16 +198,14 @@ class BlockCache {
     std::lock_guard lock(mu_);
     const std::size_t bytes = entry.block->bytes;
     if (bytes > limit_) return;
-    if (cached_bytes_ + held_bytes_ > limit_ - bytes) take_finished_locked(finished);
+    if (cached_bytes_ + held_bytes_ > limit_ - bytes) {
+      for (auto& [class_bytes, list] : held_) take_finished_locked(list, class_bytes, finished);
+    }
     if (cached_bytes_ + held_bytes_ > limit_ - bytes) return;
     try {
       std::vector<Held>& list = held_[bytes];
-      // The class's oldest first: one whose ops have finished is only a free block now.
-      while (!list.empty() && list.front().last_use->done()) {
-        finished.push_back(std::move(list.front()));
-        list.erase(list.begin());
-        held_bytes_ -= bytes;
-      }
+      // Those of its class whose ops have finished are only free blocks now.
+      take_finished_locked(list, bytes, finished);
       list.push_back(std::move(entry));  // (strong guarantee: `entry` is intact if it throws)
       held_bytes_ += bytes;
     } catch (...) {
@@ -276,22 +274,20 @@ class BlockCache {
     Ref<Work> last_use;
   };
 
-  // Moves every held block whose ops have finished to `out`.
-  void take_finished_locked(std::vector<Held>& out) noexcept {
-    for (auto& [bytes, list] : held_) {
-      for (std::size_t i = 0; i < list.size();) {
-        if (!list[i].last_use->done()) {
-          ++i;
-          continue;
-        }
-        try {
-          out.push_back(std::move(list[i]));
-        } catch (...) {
-          return;  // no room to let go of it later: it stays held
-        }
-        list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
-        held_bytes_ -= bytes;
+  // Moves the blocks of `list` (class `bytes`) whose ops have finished to `out`.
+  void take_finished_locked(std::vector<Held>& list, std::size_t bytes, std::vector<Held>& out) noexcept {
+    for (std::size_t i = 0; i < list.size();) {
+      if (!list[i].last_use->done()) {
+        ++i;
+        continue;
       }
+      try {
+        out.push_back(std::move(list[i]));
+      } catch (...) {
+        return;  // no room to let go of it later: it stays held
+      }
+      list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+      held_bytes_ -= bytes;
     }
   }
 
