@@ -8,18 +8,19 @@ TensorState::~TensorState() {
   if (!storage || storage->escaped()) return;  // escaped: others' work on it is not seen
   // The latest unfinished use; none if the unfinished ones are on more than one timeline. No
   // lock: nobody else can reach a tensor being destroyed.
-  Ref<Work> last;
+  // (Chosen by pointer: one reference taken at the end, not one per candidate.)
+  Work* last = nullptr;
   auto add = [&last](const Ref<Work>& w) {
     if (!w || w->done()) return true;
     if (last && &last->timeline() != &w->timeline()) return false;
-    if (!last || w->seq() > last->seq()) last = w;
+    if (!last || w->seq() > last->seq()) last = w.get();
     return true;
   };
   if (!add(writer_)) return;
   for (const Ref<Work>& r : readers_) {
     if (!add(r)) return;
   }
-  if (last) storage->recycle_after(std::move(last));
+  if (last) storage->recycle_after(Ref<Work>(last));
 }
 
 void TensorState::use_for_read(const Ref<Work>& work, Work::Deps& deps) {

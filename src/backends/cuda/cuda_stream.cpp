@@ -1,6 +1,5 @@
 #include "backends/cuda/cuda_stream.hpp"
 
-#include <new>
 #include <thread>
 #include <utility>
 
