@@ -3,12 +3,12 @@
 // A backend is a folder src/backends/<name>/ with its own CMake target, and describes itself
 // to the core by one BackendDescriptor (below): its kind's name and numbering, its rank as the
 // default device, its DLPack device type, and how to find its devices. Each device it finds
-// is a DeviceBackend (the CPU; each CUDA GPU): the core asks it for streams, memory and
-// kernels (ops/kernels.hpp: what the ops layer needs), and for the native streams it imports;
-// it knows nothing else of the device. The build lists the enabled backends
-// (eventide_add_backend in src/CMakeLists.txt) and generates the registry from that list
-// (compiled_backends()): adding one is a new folder and one line there, never an edit of the
-// core. The core itself (the eventide_core target) links no backend: the test suite links it
+// is a DeviceBackend (the CPU; each CUDA GPU): the core asks it for streams and memory, and
+// for the native streams it imports; it knows nothing else of the device. The build lists
+// the enabled backends (eventide_add_backend in src/CMakeLists.txt) and generates the
+// registry from that list (compiled_backends(); the ops layer finds each backend's kernels
+// there too, ops/kernels.hpp): adding one is a new folder and one line there, never an edit
+// of the core. The core itself (the eventide_core target) links no backend: the test suite links it
 // with a fake one alone (tests/fake).
 #pragma once
 
@@ -29,10 +29,6 @@
 #include "core/ref.hpp"
 #include "core/timeline.hpp"
 #include "eventide/device.hpp"
-
-namespace eventide::ops {
-class Kernels;
-}
 
 namespace eventide::detail {
 
@@ -120,7 +116,6 @@ class DeviceBackend {
   // best (pinned on a GPU): the staging of copies between devices, and the memory of a cpu
   // tensor copied from this device. DeviceError if it cannot.
   virtual Ref<Storage> allocate_host(std::size_t bytes) = 0;
-  virtual ops::Kernels& kernels() = 0;
   // Interprocess events (eventide/ipc.hpp). A new native event other processes can open;
   // null where the device has none (its events cross processes by the host path alone).
   // DeviceError if it cannot be made.

@@ -56,6 +56,16 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   work->body() = std::move(body);
   if (options.must_issue) work->set_must_issue();
   if (options.no_backend_kernels) work->set_no_backend_kernels();
+  // The memory the body uses, kept until it has run. An op without a body touches no memory
+  // (it only orders: "empty", a copy made before the launch), and keeps none: its tensors'
+  // memory may go back as soon as they do.
+  Work::Keep& keep = work->keep();
+  if (work->has_body()) {
+    keep.reserve(reads.size() + writes.size() + (options.keep ? 1 : 0));
+    for (TensorState* t : reads) keep.push_back(t->storage);
+    for (TensorState* t : writes) keep.push_back(t->storage);
+  }
+  if (options.keep) keep.push_back(options.keep);
   Work::Deps& deps = work->deps();
   deps.reserve(reads.size() + writes.size() + options.also_after.size() + 2);
   if (options.after && !options.after->done()) deps.push_back(Dep{options.after, DepKind::order});
@@ -277,7 +287,6 @@ Event Stream::enqueue_impl(std::string name, detail::Callback fn, std::vector<Te
   if (!fn) throw InvalidArgument("Stream::enqueue: the function is null");
   std::vector<detail::TensorState*> r;
   std::vector<detail::TensorState*> w;
-  std::vector<detail::Ref<detail::Storage>> keep;
   auto collect = [&](const std::vector<Tensor>& ts, std::vector<detail::TensorState*>& out,
                      const char* role) {
     for (std::size_t i = 0; i < ts.size(); ++i) {
@@ -285,21 +294,20 @@ Event Stream::enqueue_impl(std::string name, detail::Callback fn, std::vector<Te
         throw InvalidArgument("Stream::enqueue(\"" + name + "\"): " + role + "[" +
                               std::to_string(i) + "] is an undefined tensor");
       }
-      if (ts[i].device() != device()) {
+      const Device on = ts[i].state()->device;
+      if (on != device()) {
         throw InvalidArgument("Stream::enqueue(\"" + name + "\"): " + role + "[" +
-                              std::to_string(i) + "] is on " + ts[i].device().str() +
-                              ", the stream on " + device().str());
+                              std::to_string(i) + "] is on " + on.str() + ", the stream on " +
+                              device().str());
       }
       out.push_back(ts[i].state().get());
-      keep.push_back(ts[i].state()->storage);
     }
   };
   collect(reads, r, "reads");
   collect(writes, w, "writes");
   if (name.empty()) name = "enqueue";
-  // The body keeps the memory it touches alive until it has run.
-  detail::Callback body = [fn = std::move(fn), keep = std::move(keep)]() mutable { fn(); };
-  auto work = state_->launch(std::move(name), r, w, std::move(body));
+  // (The launch keeps the memory of the tensors until the function has run.)
+  auto work = state_->launch(std::move(name), r, w, std::move(fn));
   Event e(device());
   e.state()->record(std::move(work), device());
   return e;

@@ -42,6 +42,7 @@
 namespace eventide::detail {
 
 class EventState;
+class Storage;
 class TensorState;
 
 // What an op may ask of its launch beyond its tensors (collectives: src/distributed).
@@ -61,6 +62,9 @@ struct LaunchOptions {
   // but that writer's failure does not become the op's (a collective into a caller's out,
   // reused after one that failed).
   bool overwrites = false;
+  // Memory the body uses besides its tensors' (a GPU upload's pinned staging, a matmul's
+  // workspace), kept like theirs until the op has run.
+  Ref<Storage> keep;
 };
 
 class StreamState : public std::enable_shared_from_this<StreamState> {
@@ -78,7 +82,10 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   Timeline& timeline() const noexcept { return *timeline_; }
 
   // Enqueues an op that reads `reads` and writes `writes` and runs `body` on the backend.
-  // Returns its Work. Throws only before anything is enqueued (StateError after shutdown).
+  // The hazards order it after every op it conflicts with, on any stream, and an op with a
+  // body keeps the storage of each of those tensors (and options.keep) until it has run: the
+  // body may use their memory by address alone. Returns its Work. Throws only before anything is
+  // enqueued (StateError after shutdown).
   Ref<Work> launch(std::string name, std::span<TensorState* const> reads,
                    std::span<TensorState* const> writes, Callback body,
                    const LaunchOptions& options = {});

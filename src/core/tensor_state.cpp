@@ -4,6 +4,8 @@
 
 namespace eventide::detail {
 
+void Storage::recycle_after(Ref<Work> last_use) noexcept { (void)last_use; }
+
 TensorState::~TensorState() {
   if (!storage || storage->escaped()) return;  // escaped: others' work on it is not seen
   // The latest unfinished use; none if the unfinished ones are on more than one timeline. No

@@ -37,10 +37,12 @@ void Work::decide_error() const noexcept {
 void Work::release_execution_state() noexcept {
   if (deferred_.load(std::memory_order_acquire)) decide_error();
   std::optional<Deps> deps;  // moved out without allocating
+  std::optional<Keep> keep;
   Callback body;
   {
     std::lock_guard lock(exec_mu_);
     deps.emplace(std::move(deps_));
+    keep.emplace(std::move(keep_));
     body = std::move(body_);
   }
   // Destroyed here, outside the lock: they may free memory.

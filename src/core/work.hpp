@@ -20,6 +20,7 @@
 #include "core/ref.hpp"
 #include "core/spin_lock.hpp"
 #include "core/small_vector.hpp"
+#include "core/storage.hpp"
 #include "core/timeline.hpp"
 #include "eventide/detail/callback.hpp"
 
@@ -161,8 +162,12 @@ class Work final : public RefCounted {
   const Deps& deps() const noexcept { return deps_; }
   Callback& body() noexcept { return body_; }
   bool has_body() const noexcept { return static_cast<bool>(body_); }
-  // Drops the body and deps once the work has run: they hold memory (tensor storage) that
-  // the op no longer needs. Decides a deferred error first, while the deps are there.
+  // The memory the body uses (its tensors' storage, and what else its kernel named), held
+  // until the work has run (StreamState::launch fills it before the work is submitted).
+  using Keep = SmallVector<Ref<Storage>, 3>;
+  Keep& keep() noexcept { return keep_; }
+  // Drops the body, the memory it kept and the deps once the work has run: the op no longer
+  // needs them. Decides a deferred error first, while the deps are there.
   void release_execution_state() noexcept;
   // Intrusive link for a backend's queue.
   Work* next = nullptr;
@@ -187,6 +192,7 @@ class Work final : public RefCounted {
   std::atomic<std::int64_t> end_ns_{0};
   Deps deps_;
   Callback body_;
+  Keep keep_;
   Ref<Stamp> stamp_;
 };
 

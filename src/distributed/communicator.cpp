@@ -350,14 +350,12 @@ struct Issue {
     options.after = chain.last;
     options.must_issue = true;
     options.overwrites = overwrites;
-    // The body keeps the memory it touches; the transport outlives it (see the top).
-    std::vector<rt::Ref<rt::Storage>> keep;
-    for (rt::TensorState* t : reads) keep.push_back(t->storage);
-    for (rt::TensorState* t : writes) keep.push_back(t->storage);
+    // The launch keeps the memory of the tensors until the body has run; the transport
+    // outlives it (see the top).
     Transport* t = &transport;
     void* native = stream->native_handle();
     auto work = stream->launch(op, reads, writes,
-                               [t, native, call = std::move(call), keep = std::move(keep)]() mutable {
+                               [t, native, call = std::move(call)]() mutable {
                                  // Work queued before a fork() runs in the child too: not this.
                                  if (detail::in_forked_child()) {
                                    throw StateError("a collective queued before fork() cannot run in the child");

@@ -21,11 +21,33 @@ const char* name(BinaryOp op) noexcept {
   return "?";
 }
 
-void Kernels::cast(StreamState& s, TensorState& src, TensorState& out) {
+Body Kernels::cast(StreamState& s, const TensorState& src, const TensorState& out) {
   (void)out;
   throw InvalidArgument("cast is not supported on " + src.device.str() + " (stream " +
                         std::to_string(s.id()) + ")");
 }
+
+Body Kernels::copy_direct(StreamState& s, const TensorState& src, const TensorState& dst) {
+  (void)s;
+  throw InvalidArgument("no direct path from " + src.device.str() + " to " + dst.device.str());
+}
+
+Kernels& kernels(detail::DeviceContext& ctx) {
+  const detail::BackendDescriptor* backend = detail::find_backend(ctx.device().kind());
+  for (const KernelsEntry& k : compiled_kernels()) {
+    if (k.backend == backend) return k.of(ctx.backend());
+  }
+  // A build whose registry lists every backend's kernels never gets here.
+  throw InvalidArgument("this build has no kernels for " + ctx.device().str());
+}
+
+Ref<detail::Work> launch(StreamState& s, const char* name, std::span<TensorState* const> reads,
+                         std::span<TensorState* const> writes, Body body) {
+  detail::LaunchOptions options;
+  options.keep = std::move(body.keep);
+  return s.launch(body.name ? body.name : name, reads, writes, std::move(body.run), options);
+}
+
 }  // namespace ops
 
 namespace {
@@ -64,8 +86,11 @@ void check_shape(std::string_view op_name, const Shape& shape, DType dtype) {
 
 namespace {
 
+// Where an op runs: its device, that device's kernels, and the calling thread's current
+// stream there.
 struct Target {
   detail::DeviceContext& ctx;
+  ops::Kernels& kernels;
   std::shared_ptr<detail::StreamState> stream;
 };
 
@@ -73,7 +98,7 @@ Target target(Device device) {
   auto& rt = detail::Runtime::get();
   rt.check_running();
   detail::DeviceContext& ctx = rt.context(device);
-  return Target{ctx, rt.current_stream(device)};
+  return Target{ctx, ops::kernels(ctx), rt.current_stream(device)};
 }
 
 std::shared_ptr<TensorState> new_tensor(Target& t, Shape shape, DType dtype) {
@@ -114,9 +139,10 @@ Tensor random(const char* op, Shape shape, DType dtype, Device device, ops::Rand
                           std::string(name(dtype)));
   }
   return create(op, std::move(shape), dtype, device, [&](Target& t, TensorState& out) {
-    t.ctx.backend().kernels().random(*t.stream, out, kind, [&t](std::uint64_t blocks) {
-      return t.ctx.reserve_random(blocks);
-    });
+    ops::launch(*t.stream, op, {}, {&out},
+                t.kernels.random(*t.stream, out, kind, [&t](std::uint64_t blocks) {
+                  return t.ctx.reserve_random(blocks);
+                }));
   });
 }
 
@@ -160,14 +186,14 @@ Tensor empty(Shape shape, DType dtype, Device device) {
                 [](Target& t, TensorState& out) {
                   // No work, but an op all the same: the memory is the stream's from here on,
                   // and a consumer on another stream orders itself after it.
-                  t.stream->launch("empty", {}, {&out}, detail::Callback());
+                  ops::launch(*t.stream, "empty", {}, {&out}, ops::Body{});
                 });
 }
 
 namespace {
 Tensor filled(const char* op, Shape shape, double value, DType dtype, Device device) {
   return create(op, std::move(shape), dtype, device, [value](Target& t, TensorState& out) {
-    t.ctx.backend().kernels().fill(*t.stream, out, value);
+    ops::launch(*t.stream, "fill", {}, {&out}, t.kernels.fill(*t.stream, out, value));
   });
 }
 }  // namespace
@@ -197,7 +223,7 @@ Tensor from_host(const void* data, Shape shape, DType dtype, Device device) {
   if (!data && numel(shape) > 0) throw InvalidArgument("from_host: the data pointer is null");
   return create("from_host", std::move(shape), dtype, device,
                 [data](Target& t, TensorState& out) {
-                  t.ctx.backend().kernels().upload(*t.stream, out, data);
+                  ops::launch(*t.stream, "from_host", {}, {&out}, t.kernels.upload(*t.stream, out, data));
                 });
 }
 
@@ -220,7 +246,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   }
   Target t = target(x.device);
   auto result = new_tensor(t, std::move(out), x.dtype);
-  t.ctx.backend().kernels().matmul(*t.stream, x, y, *result);
+  ops::launch(*t.stream, "matmul", {&x, &y}, {result.get()}, t.kernels.matmul(*t.stream, x, y, *result));
   return Tensor(std::move(result));
 }
 
@@ -242,7 +268,7 @@ Tensor binary(ops::BinaryOp op, const Tensor& a, const Tensor& b) {
   }
   Target t = target(x.device);
   auto result = new_tensor(t, x.shape, x.dtype);
-  t.ctx.backend().kernels().binary(*t.stream, op, x, y, *result);
+  ops::launch(*t.stream, name, {&x, &y}, {result.get()}, t.kernels.binary(*t.stream, op, x, y, *result));
   return Tensor(std::move(result));
 }
 }  // namespace
@@ -260,7 +286,7 @@ Tensor cast(const Tensor& t, DType dtype) {
   }
   Target target_ = target(x.device);
   auto result = new_tensor(target_, x.shape, dtype);
-  target_.ctx.backend().kernels().cast(*target_.stream, x, *result);
+  ops::launch(*target_.stream, "cast", {&x}, {result.get()}, target_.kernels.cast(*target_.stream, x, *result));
   return Tensor(std::move(result));
 }
 

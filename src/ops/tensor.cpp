@@ -62,7 +62,7 @@ void Tensor::copy_to_host(void* out, DType as) const {
   const auto& s = checked(state_, "to_vector");
   check_element_type(as);
   wait();
-  detail::Runtime::get().context(s.device).backend().kernels().download(s, out);
+  ops::kernels(detail::Runtime::get().context(s.device)).download(s, out);
 }
 
 Tensor Tensor::to(Device device) const {

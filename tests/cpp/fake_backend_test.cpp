@@ -316,6 +316,30 @@ TEST(FakeBackendTest, WhatAWorkHoldsIsLetGoOfWhenItRetiresNotBefore) {
   });
 }
 
+// Issue 28, item 2: a kernel's body holds its tensors' memory by address alone; the launch
+// keeps the memory (the tensors' reads and writes, declared once in the ops layer) until the
+// op has run, whoever drops the tensors first.
+TEST(FakeBackendTest, TheLaunchKeepsAnOpsMemoryUntilItHasRunThoughItsTensorsAreGone) {
+  run_with_deadline([] {
+    ev::Stream s(kFake0);
+    std::vector<float> host{1, 2, 3, 4};
+    auto owner = std::make_shared<int>(0);
+    {
+      ev::Tensor x = ev::from_external(ev::ExternalMemory{.data = host.data(), .owner = owner},
+                                       {4}, ev::DType::f32, kFake0);
+      ev::StreamGuard guard(s);
+      ev::Tensor y = ev::add(x, x);
+      ev::Tensor z = ev::mul(y, x);
+      EXPECT_EQ(fake::run(s, 1), 1u);  // the add has run; the mul has not
+    }
+    EXPECT_EQ(owner.use_count(), 2);  // the tensors are gone: the mul's launch holds x's memory
+    EXPECT_EQ(fake::run(s), 1u);
+    fake::notify(s);  // retires the mul
+    EXPECT_EQ(owner.use_count(), 1);
+    EXPECT_EQ(host, (std::vector<float>{1, 2, 3, 4}));  // x was only read
+  });
+}
+
 TEST(FakeBackendTest, WorkBehindHeldWorkOfAnotherStreamIsHeldUntilThatHasRun) {
   run_with_deadline([] {
     ev::Stream a(kFake0), b(kFake0);

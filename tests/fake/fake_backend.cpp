@@ -288,66 +288,66 @@ class FakeStream final : public detail::DeviceStream {
 
 class FakeKernels final : public eventide::ops::Kernels {
  public:
+  using Body = eventide::ops::Body;
   explicit FakeKernels(FakeDevice& device) : device_(device) {}
 
-  void fill(StreamState& s, TensorState& out, double value) override {
+  Body fill(StreamState&, const TensorState& out, double value) override {
     check();
     if (out.dtype != ev::DType::f32) unsupported("fill of a non-f32 tensor");
-    Ref<detail::Storage> mem = out.storage;
+    auto* p = static_cast<float*>(out.storage->data());
     const std::int64_t n = out.numel;
-    s.launch("fill", {}, {&out}, [=] {
-      auto* p = static_cast<float*>(mem->data());
-      for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(value);
-    });
+    return {.run = [=] { std::fill_n(p, n, static_cast<float>(value)); }};
   }
-  void random(StreamState&, TensorState&, eventide::ops::RandomKind, const eventide::ops::ReserveRandom&) override {
+  Body random(StreamState&, const TensorState&, eventide::ops::RandomKind,
+              const eventide::ops::ReserveRandom&) override {
     unsupported("rand");
   }
-  void binary(StreamState& s, eventide::ops::BinaryOp op, TensorState& a, TensorState& b,
-              TensorState& out) override {
+  Body binary(StreamState&, eventide::ops::BinaryOp op, const TensorState& a, const TensorState& b,
+              const TensorState& out) override {
     check();
     if (out.dtype != ev::DType::f32) unsupported("arithmetic on a non-f32 tensor");
-    Ref<detail::Storage> ma = a.storage, mb = b.storage, mo = out.storage;
+    auto* pa = static_cast<const float*>(a.storage->data());
+    auto* pb = static_cast<const float*>(b.storage->data());
+    auto* po = static_cast<float*>(out.storage->data());
     const std::int64_t n = out.numel;
-    s.launch(eventide::ops::name(op), {&a, &b}, {&out}, [=] {
-      auto* pa = static_cast<const float*>(ma->data());
-      auto* pb = static_cast<const float*>(mb->data());
-      auto* po = static_cast<float*>(mo->data());
+    return {.run = [=] {
       using Op = eventide::ops::BinaryOp;
       for (std::int64_t i = 0; i < n; ++i) {
         po[i] = op == Op::add ? pa[i] + pb[i] : op == Op::sub ? pa[i] - pb[i] : op == Op::mul ? pa[i] * pb[i] : pa[i] / pb[i];
       }
-    });
+    }};
   }
-  void matmul(StreamState&, TensorState&, TensorState&, TensorState&) override { unsupported("matmul"); }
-  void upload(StreamState& s, TensorState& out, const void* host) override {
+  Body matmul(StreamState&, const TensorState&, const TensorState&, const TensorState&) override {
+    unsupported("matmul");
+  }
+  Body upload(StreamState&, const TensorState& out, const void* host) override {
     check();
     if (out.nbytes() > 0) std::memcpy(out.storage->data(), host, out.nbytes());
-    s.launch("from_host", {}, {&out}, detail::Callback());
+    return {};
   }
   void download(const TensorState& src, void* host) override {
     check();
     if (src.nbytes() > 0) std::memcpy(host, src.storage->data(), src.nbytes());
   }
-  void copy(StreamState& s, TensorState& src, TensorState& dst) override { copy_op(s, "copy", src, dst); }
-  void download_async(StreamState& s, TensorState& src, TensorState& host) override {
-    copy_op(s, "to(host)", src, host);
+  Body download_async(StreamState&, const TensorState& src, const TensorState& host) override {
+    return copy(src, host);
   }
-  void upload_async(StreamState& s, TensorState& host, TensorState& out) override {
-    copy_op(s, "from(host)", host, out);
+  Body upload_async(StreamState&, const TensorState& host, const TensorState& out) override {
+    return copy(host, out);
   }
 
  private:
   void check() const {
     if (auto e = device_.broken()) std::rethrow_exception(e);
   }
-  void copy_op(StreamState& s, const char* name, TensorState& src, TensorState& dst) {
+  Body copy(const TensorState& src, const TensorState& dst) const {
     check();
-    Ref<detail::Storage> ms = src.storage, md = dst.storage;
+    const void* from = src.storage->data();
+    void* to = dst.storage->data();
     const std::size_t bytes = src.nbytes();
-    s.launch(name, {&src}, {&dst}, [=] {
-      if (bytes > 0) std::memcpy(md->data(), ms->data(), bytes);
-    });
+    return {.run = [=] {
+      if (bytes > 0) std::memcpy(to, from, bytes);
+    }};
   }
 
   FakeDevice& device_;
@@ -385,7 +385,7 @@ class FakeBackend final : public detail::DeviceBackend {
   Ref<detail::Storage> allocate_host(std::size_t bytes) override {
     return HostStorage::make(bytes, ev::Device::cpu());
   }
-  eventide::ops::Kernels& kernels() override { return kernels_; }
+  eventide::ops::Kernels& kernels() noexcept { return kernels_; }
   void shutdown(std::chrono::steady_clock::time_point) noexcept override {
     std::exception_ptr e;
     try {
@@ -404,6 +404,10 @@ class FakeBackend final : public detail::DeviceBackend {
   FakeDevice state_;
   FakeKernels kernels_;
 };
+
+eventide::ops::Kernels& kernels_of(detail::DeviceBackend& device) {
+  return static_cast<FakeBackend&>(device).kernels();
+}
 
 std::vector<std::unique_ptr<detail::DeviceBackend>> discover() {
   std::vector<std::unique_ptr<detail::DeviceBackend>> out;
@@ -470,3 +474,10 @@ std::span<const BackendDescriptor* const> compiled_backends() noexcept {
   return kBackends;
 }
 }  // namespace eventide::detail
+
+namespace eventide::ops {
+std::span<const KernelsEntry> compiled_kernels() noexcept {
+  static constexpr KernelsEntry kKernels[] = {{&backends::fake::kDescriptor, &eventide_fake::kernels_of}};
+  return kKernels;
+}
+}  // namespace eventide::ops

@@ -57,6 +57,10 @@ std::string why_unavailable(Device) { return "there is one cpu device, cpu:0"; }
 
 }  // namespace
 
+ops::Kernels& kernels_of(detail::DeviceBackend& device) {
+  return static_cast<CpuBackend&>(device).kernels();
+}
+
 constinit const detail::BackendDescriptor kDescriptor{
     .kind = "cpu",
     .indexing = detail::DeviceIndexing::single,

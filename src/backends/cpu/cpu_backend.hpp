@@ -18,6 +18,8 @@ std::unique_ptr<ops::Kernels> make_kernels();
 
 // The cpu backend as the core sees it (core/backend.hpp): kind "cpu", one device, the host.
 extern const detail::BackendDescriptor kDescriptor;
+// Its kernels, as the ops layer finds them (ops/kernels.hpp): `device` is a CpuBackend.
+ops::Kernels& kernels_of(detail::DeviceBackend& device);
 
 class CpuBackend final : public detail::DeviceBackend {
  public:
@@ -31,7 +33,7 @@ class CpuBackend final : public detail::DeviceBackend {
                                            const std::function<std::uint64_t()>& make_id) override;
   Ref<detail::Storage> allocate(std::size_t bytes, StreamState& stream) override;
   Ref<detail::Storage> allocate_host(std::size_t bytes) override;
-  ops::Kernels& kernels() override { return *kernels_; }
+  ops::Kernels& kernels() noexcept { return *kernels_; }
   void shutdown(std::chrono::steady_clock::time_point deadline) noexcept override {
     pool_.stop(deadline);
     // A matmul still running past the grace: OpenBLAS's teardown, which runs next, would hang

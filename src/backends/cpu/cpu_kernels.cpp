@@ -1,6 +1,7 @@
 // The CPU kernels: elementwise loops the compiler vectorizes, Philox for random numbers,
-// OpenBLAS's CBLAS for matmul. Each enqueues one op whose body captures the storage it
-// touches, so the memory lives until the op has run.
+// OpenBLAS's CBLAS for matmul. Each makes the body of one op, which uses its tensors' memory
+// by address: the launch keeps that memory until the op has run (ops/kernels.hpp).
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -16,7 +17,6 @@ namespace eventide::backends::cpu {
 
 namespace {
 
-using detail::Storage;
 using ops::BinaryOp;
 using ops::RandomKind;
 using ops::TensorState;
@@ -146,19 +146,16 @@ void store_floating(DType dtype, void* p, std::int64_t n, Load&& load) {
 
 class CpuKernels final : public ops::Kernels {
  public:
-  void fill(StreamState& s, TensorState& out, double value) override {
-    Ref<Storage> mem = out.storage;
+  ops::Body fill(StreamState&, const TensorState& out, double value) override {
+    void* p = out.storage->data();
     const std::int64_t n = out.numel;
-    detail::Callback body;
+    ops::Body body;
     switch (out.dtype) {
       case DType::f16:
       case DType::bf16: {
         std::uint16_t bits = out.dtype == DType::f16 ? float_to_f16(static_cast<float>(value))
                                                      : float_to_bf16(static_cast<float>(value));
-        body = [mem, n, bits] {
-          auto* p = static_cast<std::uint16_t*>(mem->data());
-          for (std::int64_t i = 0; i < n; ++i) p[i] = bits;
-        };
+        body.run = [p, n, bits] { std::fill_n(static_cast<std::uint16_t*>(p), n, bits); };
         break;
       }
       default:
@@ -173,48 +170,44 @@ class CpuKernels final : public ops::Kernels {
             }
           }
           const T v = static_cast<T>(value);
-          body = [mem, n, v] {
-            T* p = static_cast<T*>(mem->data());
-            for (std::int64_t i = 0; i < n; ++i) p[i] = v;
-          };
+          body.run = [p, n, v] { std::fill_n(static_cast<T*>(p), n, v); };
         });
     }
-    s.launch("fill", {}, {&out}, std::move(body));
+    return body;
   }
 
-  void random(StreamState& s, TensorState& out, RandomKind kind,
-              const ops::ReserveRandom& reserve) override {
+  ops::Body random(StreamState&, const TensorState& out, RandomKind kind,
+                   const ops::ReserveRandom& reserve) override {
     const char* op = kind == RandomKind::uniform ? "rand" : "randn";
     if (out.dtype != DType::f32 && out.dtype != DType::f64) unsupported(op, out.dtype, "f32, f64");
     auto [seed, offset] = reserve(ops::philox::blocks_for(out.numel, out.dtype == DType::f64,
                                                           kind == RandomKind::normal));
-    Ref<Storage> mem = out.storage;
+    void* p = out.storage->data();
     const std::int64_t n = out.numel;
-    detail::Callback body;
     if (out.dtype == DType::f32) {
-      body = [=] { random_fill(static_cast<float*>(mem->data()), n, kind, seed, offset); };
-    } else {
-      body = [=] { random_fill(static_cast<double*>(mem->data()), n, kind, seed, offset); };
+      return {.run = [=] { random_fill(static_cast<float*>(p), n, kind, seed, offset); }};
     }
-    s.launch(op, {}, {&out}, std::move(body));
+    return {.run = [=] { random_fill(static_cast<double*>(p), n, kind, seed, offset); }};
   }
 
-  void binary(StreamState& s, BinaryOp op, TensorState& a, TensorState& b,
-              TensorState& out) override {
-    Ref<Storage> ma = a.storage, mb = b.storage, mo = out.storage;
+  ops::Body binary(StreamState&, BinaryOp op, const TensorState& a, const TensorState& b,
+                   const TensorState& out) override {
+    const void* pa = a.storage->data();
+    const void* pb = b.storage->data();
+    void* po = out.storage->data();
     const std::int64_t n = out.numel;
-    detail::Callback body;
+    ops::Body body;
     dispatch_numeric(ops::name(op), out.dtype, [&](auto zero) {
       using T = decltype(zero);
-      body = [=] {
-        binary_loop<T>(op, static_cast<const T*>(ma->data()), static_cast<const T*>(mb->data()),
-                       static_cast<T*>(mo->data()), n);
+      body.run = [=] {
+        binary_loop<T>(op, static_cast<const T*>(pa), static_cast<const T*>(pb), static_cast<T*>(po), n);
       };
     });
-    s.launch(ops::name(op), {&a, &b}, {&out}, std::move(body));
+    return body;
   }
 
-  void matmul(StreamState& s, TensorState& a, TensorState& b, TensorState& out) override {
+  ops::Body matmul(StreamState&, const TensorState& a, const TensorState& b,
+                   const TensorState& out) override {
     if (a.dtype != DType::f32 && a.dtype != DType::f64) unsupported("matmul", a.dtype, "f32, f64");
     const bool batched = a.shape.size() == 3;
     const std::int64_t batch = batched ? a.shape[0] : 1;
@@ -227,45 +220,47 @@ class CpuKernels final : public ops::Kernels {
                               " exceeds the BLAS limit of " + std::to_string(INT_MAX));
       }
     }
-    Ref<Storage> ma = a.storage, mb = b.storage, mo = out.storage;
+    const void* pa = a.storage->data();
+    const void* pb = b.storage->data();
+    void* po = out.storage->data();
     const bool f64 = a.dtype == DType::f64;
     const blas::Api* lib = &blas::api();  // loads OpenBLAS at the first matmul, on this thread
-    detail::Callback body = [=] {
+    return {.run = [=] {
       const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
       blas::CallScope in_blas;  // exit waits for it (blas.hpp)
       for (std::int64_t i = 0; i < batch; ++i) {
         if (m == 0 || n == 0) break;
         if (f64) {
-          const double* A = static_cast<const double*>(ma->data()) + i * m * k;
-          const double* B = static_cast<const double*>(mb->data()) + i * k * n;
-          double* C = static_cast<double*>(mo->data()) + i * m * n;
+          const double* A = static_cast<const double*>(pa) + i * m * k;
+          const double* B = static_cast<const double*>(pb) + i * k * n;
+          double* C = static_cast<double*>(po) + i * m * n;
           lib->dgemm(blas::kRowMajor, blas::kNoTrans, blas::kNoTrans, M, N, K, 1.0, A,
                      std::max(K, 1), B, std::max(N, 1), 0.0, C, std::max(N, 1));
         } else {
-          const float* A = static_cast<const float*>(ma->data()) + i * m * k;
-          const float* B = static_cast<const float*>(mb->data()) + i * k * n;
-          float* C = static_cast<float*>(mo->data()) + i * m * n;
+          const float* A = static_cast<const float*>(pa) + i * m * k;
+          const float* B = static_cast<const float*>(pb) + i * k * n;
+          float* C = static_cast<float*>(po) + i * m * n;
           lib->sgemm(blas::kRowMajor, blas::kNoTrans, blas::kNoTrans, M, N, K, 1.0f, A,
                      std::max(K, 1), B, std::max(N, 1), 0.0f, C, std::max(N, 1));
         }
       }
-    };
-    s.launch("matmul", {&a, &b}, {&out}, std::move(body));
+    }};
   }
 
-  void cast(StreamState& s, TensorState& src, TensorState& out) override {
-    Ref<Storage> ms = src.storage, mo = out.storage;
+  ops::Body cast(StreamState&, const TensorState& src, const TensorState& out) override {
+    const void* in = src.storage->data();
+    void* po = out.storage->data();
     const std::int64_t n = out.numel;
     const DType from = src.dtype, to = out.dtype;
-    s.launch("cast", {&src}, {&out}, [=] {
-      const void* in = ms->data();
-      store_floating(to, mo->data(), n, [&](std::int64_t i) { return load_floating(from, in, i); });
-    });
+    return {.run = [=] {
+      store_floating(to, po, n, [&](std::int64_t i) { return load_floating(from, in, i); });
+    }};
   }
 
-  void upload(StreamState& s, TensorState& out, const void* host) override {
+  ops::Body upload(StreamState&, const TensorState& out, const void* host) override {
+    // The cpu's memory is host memory, and no op has used `out` yet: copied now.
     if (out.nbytes() > 0) std::memcpy(out.storage->data(), host, out.nbytes());
-    s.launch("from_host", {}, {&out}, detail::Callback());
+    return {};
   }
 
   void download(const TensorState& src, void* host) override {
@@ -274,22 +269,21 @@ class CpuKernels final : public ops::Kernels {
 
   // The cpu's memory is host memory: both halves of a copy between devices are copies on a
   // cpu stream, after the producer of what they read.
-  void download_async(StreamState& s, TensorState& src, TensorState& host) override {
-    copy_op(s, "stage", src, host);
+  ops::Body download_async(StreamState&, const TensorState& src, const TensorState& host) override {
+    return copy(src, host);
   }
-  void upload_async(StreamState& s, TensorState& host, TensorState& out) override {
-    copy_op(s, "to(cpu)", host, out);
+  ops::Body upload_async(StreamState&, const TensorState& host, const TensorState& out) override {
+    return copy(host, out);
   }
-
-  void copy(StreamState& s, TensorState& src, TensorState& dst) override { copy_op(s, "copy", src, dst); }
 
  private:
-  static void copy_op(StreamState& s, const char* name, TensorState& src, TensorState& dst) {
-    Ref<Storage> ms = src.storage, md = dst.storage;
+  static ops::Body copy(const TensorState& src, const TensorState& dst) {
+    const void* from = src.storage->data();
+    void* to = dst.storage->data();
     const std::size_t bytes = src.nbytes();
-    s.launch(name, {&src}, {&dst}, [=] {
-      if (bytes > 0) std::memcpy(md->data(), ms->data(), bytes);
-    });
+    return {.run = [=] {
+      if (bytes > 0) std::memcpy(to, from, bytes);
+    }};
   }
 };
 

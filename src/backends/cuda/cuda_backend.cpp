@@ -153,7 +153,7 @@ class CudaBackend final : public detail::DeviceBackend {
     return state_.broken() ? 0 : cuda::empty_cache(device_);
   }
 
-  ops::Kernels& kernels() override { return *kernels_; }
+  ops::Kernels& kernels() noexcept { return *kernels_; }
 
   detail::NativeEvents* native_events() noexcept override { return &native_events_; }
 
@@ -315,6 +315,10 @@ std::string why_unavailable(Device device) {
 namespace {
 constexpr int kDLCUDA = 2;  // dlpack.h's DLDeviceType
 }  // namespace
+
+ops::Kernels& kernels_of(detail::DeviceBackend& device) {
+  return static_cast<CudaBackend&>(device).kernels();
+}
 
 constinit const detail::BackendDescriptor kDescriptor{
     .kind = "cuda",

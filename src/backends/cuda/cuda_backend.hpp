@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "ops/kernels.hpp"
 
 namespace eventide::backends::cuda {
 
@@ -36,5 +37,7 @@ std::string explain_missing_device(int count, const char* visible_devices);
 // The CUDA backend as the core sees it (core/backend.hpp): kind "cuda", one device per GPU,
 // the default device where there is one.
 extern const detail::BackendDescriptor kDescriptor;
+// Its kernels, as the ops layer finds them (ops/kernels.hpp): `device` is a CUDA device's.
+ops::Kernels& kernels_of(detail::DeviceBackend& device);
 
 }  // namespace eventide::backends::cuda

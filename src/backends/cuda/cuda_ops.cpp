@@ -36,60 +36,74 @@ kernels::BinaryKind kind_of(ops::BinaryOp op) noexcept {
                         " on cuda (supported: " + supported + ")");
 }
 
+// The body of a copy of `bytes` between host and device memory on `stream`; `device` is the
+// GPU's, for the message.
+detail::Callback copy_async(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream, Device device) {
+  return [=] {
+    const cudaError_t e = cudaMemcpyAsync(to, from, bytes, kind, stream);
+    if (e == cudaSuccess) return;
+    std::string what = kind == cudaMemcpyHostToDevice ? "(host to " : "(";
+    what += device.str();
+    what += kind == cudaMemcpyHostToDevice ? ")" : " to host)";
+    check(e, "cudaMemcpyAsync", what);
+  };
+}
+
 class CudaKernels final : public ops::Kernels {
  public:
   explicit CudaKernels(CudaDevice& device) : device_(device) {}
 
-  void fill(StreamState& s, TensorState& out, double value) override {
+  ops::Body fill(StreamState& s, const TensorState& out, double value) override {
     check_usable();
-    Ref<Storage> mem = out.storage;
+    void* p = out.storage->data();
     const std::int64_t n = out.numel;
     const DType dtype = out.dtype;
     cudaStream_t stream = as_cuda_stream(s).handle();
-    s.launch("fill", {}, {&out}, [=] { kernels::fill(mem->data(), n, dtype, value, stream); });
+    return {.run = [=] { kernels::fill(p, n, dtype, value, stream); }};
   }
 
-  void random(StreamState& s, TensorState& out, ops::RandomKind kind,
-              const ops::ReserveRandom& reserve) override {
+  ops::Body random(StreamState& s, const TensorState& out, ops::RandomKind kind,
+                   const ops::ReserveRandom& reserve) override {
     check_usable();
     const bool normal = kind == ops::RandomKind::normal;
     if (!is_floating(out.dtype)) unsupported(normal ? "randn" : "rand", out.dtype, "f32, f64, f16, bf16");
     auto [seed, offset] = reserve(ops::philox::blocks_for(out.numel, out.dtype == DType::f64, normal));
-    Ref<Storage> mem = out.storage;
+    void* p = out.storage->data();
     const std::int64_t n = out.numel;
     const DType dtype = out.dtype;
     cudaStream_t stream = as_cuda_stream(s).handle();
-    s.launch(normal ? "randn" : "rand", {}, {&out},
-             [=] {
-               kernels::random(mem->data(), n, dtype,
-                               normal ? kernels::Distribution::normal : kernels::Distribution::uniform,
-                               seed, offset, stream);
-             });
+    return {.run = [=] {
+      kernels::random(p, n, dtype, normal ? kernels::Distribution::normal : kernels::Distribution::uniform,
+                      seed, offset, stream);
+    }};
   }
 
-  void binary(StreamState& s, ops::BinaryOp op, TensorState& a, TensorState& b,
-              TensorState& out) override {
+  ops::Body binary(StreamState& s, ops::BinaryOp op, const TensorState& a, const TensorState& b,
+                   const TensorState& out) override {
     check_usable();
-    Ref<Storage> ma = a.storage, mb = b.storage, mo = out.storage;
+    const void* pa = a.storage->data();
+    const void* pb = b.storage->data();
+    void* po = out.storage->data();
     const std::int64_t n = out.numel;
     const DType dtype = out.dtype;
+    const kernels::BinaryKind k = kind_of(op);
     cudaStream_t stream = as_cuda_stream(s).handle();
-    s.launch(ops::name(op), {&a, &b}, {&out},
-             [=] {
-               kernels::binary(kind_of(op), ma->data(), mb->data(), mo->data(), n, dtype, stream);
-             });
+    return {.run = [=] { kernels::binary(k, pa, pb, po, n, dtype, stream); }};
   }
 
-  void cast(StreamState& s, TensorState& src, TensorState& out) override {
+  ops::Body cast(StreamState& s, const TensorState& src, const TensorState& out) override {
     check_usable();
-    Ref<Storage> ms = src.storage, mo = out.storage;
+    const void* in = src.storage->data();
+    void* po = out.storage->data();
     const std::int64_t n = out.numel;
     const DType from = src.dtype, to = out.dtype;
     cudaStream_t stream = as_cuda_stream(s).handle();
-    s.launch("cast", {&src}, {&out}, [=] { kernels::cast(ms->data(), from, mo->data(), to, n, stream); });
+    return {.run = [=] { kernels::cast(in, from, po, to, n, stream); }};
   }
 
-  void matmul(StreamState& s, TensorState& a, TensorState& b, TensorState& out) override {
+  ops::Body matmul(StreamState& s, const TensorState& a, const TensorState& b,
+                   const TensorState& out) override {
     check_usable();
     if (a.dtype != DType::f32 && a.dtype != DType::f16 && a.dtype != DType::bf16 && a.dtype != DType::f64) {
       unsupported("matmul", a.dtype, "f32, f16, bf16, f64");
@@ -98,31 +112,31 @@ class CudaKernels final : public ops::Kernels {
     const MatmulShape shape{batched ? a.shape[0] : 1, a.shape[batched ? 1 : 0],
                             a.shape[batched ? 2 : 1], b.shape[batched ? 2 : 1]};
     CudaStream& cs = as_cuda_stream(s);
-    Ref<Storage> ma = a.storage, mb = b.storage, mo = out.storage;
+    const void* pa = a.storage->data();
+    const void* pb = b.storage->data();
+    void* po = out.storage->data();
     Ref<Storage> ws = cs.workspace(kMatmulWorkspace);
+    void* wp = ws->data();
+    const std::size_t wbytes = ws->bytes();
     const DType dtype = a.dtype;
     const bool tf32 = allow_tf32() && dtype == DType::f32;
     const int index = device_.device().index();
     cudaStream_t stream = cs.handle();
-    s.launch(tf32 ? "matmul[tf32]" : "matmul", {&a, &b}, {&out}, [=] {
-      cuda::matmul(index, stream, ma->data(), mb->data(), mo->data(), shape, dtype, tf32,
-                   ws->data(), ws->bytes());
-    });
+    return {.run = [=] { cuda::matmul(index, stream, pa, pb, po, shape, dtype, tf32, wp, wbytes); },
+            .keep = std::move(ws),
+            .name = tf32 ? "matmul[tf32]" : nullptr};
   }
 
-  void upload(StreamState& s, TensorState& out, const void* host) override {
+  ops::Body upload(StreamState& s, const TensorState& out, const void* host) override {
     check_usable();
     // Through pinned staging: the caller's memory is copied now (they may reuse it at once),
     // the transfer to the device runs in stream order.
     const std::size_t bytes = out.nbytes();
     Ref<Storage> staging = allocate_pinned(bytes);
     if (bytes > 0) std::memcpy(staging->data(), host, bytes);
-    Ref<Storage> mo = out.storage;
-    cudaStream_t stream = as_cuda_stream(s).handle();
-    s.launch("from_host", {}, {&out}, [=] {
-      check(cudaMemcpyAsync(mo->data(), staging->data(), bytes, cudaMemcpyHostToDevice, stream),
-            "cudaMemcpyAsync", "(host to " + mo->device().str() + ")");
-    });
+    return {.run = copy_async(out.storage->data(), staging->data(), bytes, cudaMemcpyHostToDevice,
+                              as_cuda_stream(s).handle(), out.device),
+            .keep = std::move(staging)};
   }
 
   void download(const TensorState& src, void* host) override {
@@ -140,63 +154,36 @@ class CudaKernels final : public ops::Kernels {
     std::memcpy(host, staging->data(), bytes);
   }
 
-  void copy(StreamState& s, TensorState& src, TensorState& dst) override {
-    check_usable();
-    Ref<Storage> ms = src.storage, md = dst.storage;
-    const std::size_t bytes = src.nbytes();
-    cudaStream_t stream = as_cuda_stream(s).handle();
-    s.launch("copy", {&src}, {&dst}, [=] {
-      check(cudaMemcpyAsync(md->data(), ms->data(), bytes, cudaMemcpyDeviceToDevice, stream),
-            "cudaMemcpyAsync", "(device to device)");
-    });
-  }
-
-  void download_async(StreamState& s, TensorState& src, TensorState& host) override {
+  ops::Body download_async(StreamState& s, const TensorState& src, const TensorState& host) override {
     // Into host memory that is pinned where it came from this device (allocate_host), so
-    // that the copy is truly asynchronous; the CUDA op is its producer.
+    // that the copy is truly asynchronous.
     check_usable();
-    const std::size_t bytes = src.nbytes();
-    Ref<Storage> ms = src.storage, mh = host.storage;
-    cudaStream_t h = as_cuda_stream(s).handle();
-    s.launch("to(cpu)", {&src}, {&host}, [=] {
-      check(cudaMemcpyAsync(mh->data(), ms->data(), bytes, cudaMemcpyDeviceToHost, h),
-            "cudaMemcpyAsync", "(" + ms->device().str() + " to host)");
-    });
+    return {.run = copy_async(host.storage->data(), src.storage->data(), src.nbytes(),
+                              cudaMemcpyDeviceToHost, as_cuda_stream(s).handle(), src.device)};
   }
 
-  void upload_async(StreamState& s, TensorState& host, TensorState& out) override {
+  ops::Body upload_async(StreamState& s, const TensorState& host, const TensorState& out) override {
     // `host` may still be being written by host-side work (a cpu op staging it): the op is
-    // held until that has finished (cuda_stream.hpp), then copied in stream order.
+    // held until that has finished (core/device_stream.hpp), then copied in stream order.
     check_usable();
-    const std::size_t bytes = out.nbytes();
-    Ref<Storage> mh = host.storage, mo = out.storage;
-    cudaStream_t h = as_cuda_stream(s).handle();
-    s.launch("to(" + out.device.str() + ")", {&host}, {&out}, [=] {
-      check(cudaMemcpyAsync(mo->data(), mh->data(), bytes, cudaMemcpyHostToDevice, h),
-            "cudaMemcpyAsync", "(host to " + mo->device().str() + ")");
-    });
+    return {.run = copy_async(out.storage->data(), host.storage->data(), out.nbytes(),
+                              cudaMemcpyHostToDevice, as_cuda_stream(s).handle(), out.device)};
   }
 
-  std::shared_ptr<TensorState> copy_direct(TensorState& src, Device to) override {
-    if (!to.is_cuda()) return nullptr;
-    // GPU to another GPU, peer to peer: the destination's memory is the destination stream's
-    // from an "empty" op; the copy runs on the source's stream, ordered after it.
+  bool copies_directly_to(Device to) const override { return to.is_cuda(); }
+
+  ops::Body copy_direct(StreamState& s, const TensorState& src, const TensorState& dst) override {
+    // GPU to another GPU, peer to peer, on the source's stream.
     check_usable();
-    auto& rt = detail::Runtime::get();
+    void* to = dst.storage->data();
+    const void* from = src.storage->data();
     const std::size_t bytes = src.nbytes();
-    auto dst_stream = rt.current_stream(to);
-    auto out = std::make_shared<TensorState>(src.shape, src.dtype, to,
-                                             rt.context(to).backend().allocate(bytes, *dst_stream));
-    dst_stream->launch("empty", {}, {out.get()}, Callback());
-    auto stream = rt.current_stream(src.device);
-    Ref<Storage> ms = src.storage, mo = out->storage;
-    cudaStream_t h = as_cuda_stream(*stream).handle();
-    const int from = src.device.index(), into = to.index();
-    stream->launch("to(" + to.str() + ")", {&src}, {out.get()}, [=] {
-      check(cudaMemcpyPeerAsync(mo->data(), into, ms->data(), from, bytes, h), "cudaMemcpyPeerAsync",
-            "(cuda:" + std::to_string(from) + " to cuda:" + std::to_string(into) + ")");
-    });
-    return out;
+    cudaStream_t h = as_cuda_stream(s).handle();
+    const int src_index = src.device.index(), dst_index = dst.device.index();
+    return {.run = [=] {
+      check(cudaMemcpyPeerAsync(to, dst_index, from, src_index, bytes, h), "cudaMemcpyPeerAsync",
+            "(cuda:" + std::to_string(src_index) + " to cuda:" + std::to_string(dst_index) + ")");
+    }};
   }
 
  private:
