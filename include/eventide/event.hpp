@@ -212,8 +212,12 @@ class Event {
 
   friend bool operator==(const Event& a, const Event& b) noexcept { return a.state_ == b.state_; }
 
-  // For the runtime and bindings.
+  // For the runtime and bindings: the state, and a handle of a state the runtime made (an
+  // event of a kind, core/event_kind.hpp).
   const std::shared_ptr<detail::EventState>& state() const noexcept { return state_; }
+  static Event of_state(std::shared_ptr<detail::EventState> state) noexcept {
+    return Event(std::move(state));
+  }
 
  protected:
   explicit Event(std::shared_ptr<detail::EventState> state) noexcept : state_(std::move(state)) {}

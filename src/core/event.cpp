@@ -1,5 +1,6 @@
 // Events: EventState's state machine, timing and callbacks (core/event_state.hpp), and the
-// public Event. Waiting is in wait.cpp, the UserEvent's rounds in user_event.cpp.
+// public Event. Waiting is in wait.cpp, the kinds of event in their own files
+// (core/event_kind.hpp).
 #include <algorithm>
 #include <atomic>
 
@@ -29,12 +30,16 @@ std::atomic<std::uint64_t> g_next_observer_id{1};
 
 }  // namespace
 
-EventState::EventState(std::optional<Device> device, EventOptions options)
+void EventKind::reset(EventState& event) { event.reset_to_empty(); }
+
+EventState::EventState(std::optional<Device> device, EventOptions options,
+                       std::unique_ptr<EventKind> kind)
     : fixed_device_(device),
       device_(device),
       timing_(options.enable_timing),
       blocking_(options.blocking),
-      interprocess_(options.interprocess) {}
+      interprocess_(options.interprocess),
+      kind_(std::move(kind)) {}
 
 EventState::~EventState() {
   if (void* native = native_event_.load(std::memory_order_acquire)) native_events_->destroy(native);
@@ -295,18 +300,22 @@ void EventState::clear_locked() {
   error_ = nullptr;
   records_ = 0;
   device_ = fixed_device_;
-  host_verdict_ = nullptr;
+  if (kind_) kind_->cleared();
 }
 
 void EventState::reset() {
+  if (kind_) {
+    kind_->reset(*this);
+  } else {
+    reset_to_empty();
+  }
+}
+
+void EventState::reset_to_empty() {
   // The completion a refresh may find still has waiters and callbacks: they go on also when
   // the reset throws.
   Actions actions;
   RunOnExit run_actions{*this, actions};
-  if (user_) {
-    start_next_round(actions);
-    return;
-  }
   std::lock_guard lock(mu_);
   refresh_locked(actions);
   if (status_.load(std::memory_order_relaxed) == EventStatus::pending) {
@@ -314,6 +323,22 @@ void EventState::reset() {
   }
   clear_locked();
   status_.store(EventStatus::empty, std::memory_order_release);
+}
+
+void EventState::restart(const char* finish_first) {
+  Actions actions;
+  RunOnExit run_actions{*this, actions};
+  std::lock_guard lock(mu_);
+  refresh_locked(actions);
+  if (status_.load(std::memory_order_relaxed) == EventStatus::pending) {
+    throw StateError("cannot reset " + str_locked() + " while it is pending: " + finish_first);
+  }
+  // Room first (clear_locked keeps pending_'s): out of memory, the event is left as it was.
+  reserve_for(pending_, 1);
+  clear_locked();
+  pending_.push_back(kind_->begin_round_locked());
+  records_ = 1;
+  status_.store(EventStatus::pending, std::memory_order_release);
 }
 
 EventState::CallbackId EventState::add_callback(Callback fn) {
@@ -435,10 +460,14 @@ std::string EventState::str() const {
 
 std::string EventState::str_locked() const {
   // Plain string building: iostreams would format the numbers with the global locale.
-  std::string out = user_ ? "<UserEvent " : "<Event ";
+  std::string out = "<";
+  out += kind_ ? kind_->type_name() : "Event";
+  out += ' ';
   out += name(status_.load(std::memory_order_relaxed));
   if (device_) out += " on " + device_->str();
-  if (!user_) out += ", " + std::to_string(records_) + (records_ == 1 ? " op" : " ops");
+  if (!kind_ || kind_->shows_records()) {
+    out += ", " + std::to_string(records_) + (records_ == 1 ? " op" : " ops");
+  }
   out += '>';
   return out;
 }
@@ -447,31 +476,23 @@ EventState::Snapshot EventState::snapshot(SnapshotFor what) {
   Actions actions;
   RunOnExit run_actions{*this, actions};  // also if the copy below runs out of memory
   Snapshot snap;
-  const Work* skip = nullptr;
   {
     std::lock_guard lock(mu_);
     refresh_locked(actions);
     snap.status = status_.load(std::memory_order_relaxed);
-    snap.pending = pending_;
     snap.error = error_;
-    if (what == SnapshotFor::stream_wait) skip = host_verdict_.get();  // kept alive by snap.pending while pending
-  }
-  if (skip) {
-    // Streams order after the GPU-side part alone (record_host_verdict); the verdict's error
-    // is in snap.error once it has finished.
-    std::erase_if(snap.pending, [&](const Ref<Work>& w) { return w.get() == skip; });
+    if (what == SnapshotFor::stream_wait && kind_) {
+      // What the kind hides from streams is left out; its error is in snap.error once it
+      // has finished.
+      snap.pending.reserve(pending_.size());
+      for (const Ref<Work>& w : pending_) {
+        if (!kind_->hidden_from_streams(*w)) snap.pending.push_back(w);
+      }
+    } else {
+      snap.pending = pending_;
+    }
   }
   return snap;
-}
-
-void EventState::record_host_verdict(Ref<Work> work) {
-  Work* w = work.get();
-  record(std::move(work), std::nullopt);
-  std::lock_guard lock(mu_);
-  // Only if it is still tied (a reset meanwhile would have dropped it).
-  for (const Ref<Work>& p : pending_) {
-    if (p.get() == w) host_verdict_ = p;
-  }
 }
 
 std::uint64_t EventState::observer_id() const noexcept {

@@ -13,15 +13,15 @@
 // removed (remove_callback: a cancelled Python await) and no waiter is left, the listener is
 // taken back from its timeline, so that what nobody waits for any more is freed at once.
 //
-// A UserEvent is the same object recorded on a host timeline (core/user_event.hpp): its
-// pending work is the current round's step, which set(), fail() or the last handle going
-// away finishes; reset() records the next round's.
+// Kinds of event other than the plain one (a UserEvent's rounds, an imported event's verdict)
+// plug in through an EventKind (core/event_kind.hpp), given when the state is made: the
+// state machine here calls its hooks and knows nothing else of them.
 //
 // Where the code is: the state machine, timing and callbacks in event.cpp; waiting (spin,
-// then park) in wait.cpp; the UserEvent's rounds in user_event.cpp.
+// then park) in wait.cpp; the kinds in their own files (event_kind.hpp lists them).
 //
 // Thread-safety: every member takes `mu_`; status_ is also readable without it (poll()'s fast
-// path). Lock order: a UserEvent's round lock (UserTimeline::mu) before mu_; mu_ is never
+// path). Lock order: a kind's own locks (a UserEvent's round lock) before mu_; mu_ is never
 // held while calling into a timeline or the dispatcher: listeners may fire inline, and they
 // take mu_.
 //
@@ -40,11 +40,11 @@
 #include <vector>
 
 #include "core/dispatcher.hpp"
+#include "core/event_kind.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/observer.hpp"
 #include "core/parker.hpp"
 #include "core/small_vector.hpp"
-#include "core/user_event.hpp"
 #include "core/work.hpp"
 #include "eventide/event.hpp"
 
@@ -55,20 +55,15 @@ class NativeEvents;
 
 class EventState : public std::enable_shared_from_this<EventState> {
  public:
-  EventState(std::optional<Device> device, EventOptions options);
+  // A plain event without `kind`; else one of that kind (core/event_kind.hpp), EMPTY until
+  // the kind records or restarts it.
+  EventState(std::optional<Device> device, EventOptions options,
+             std::unique_ptr<EventKind> kind = nullptr);
   ~EventState();
-  // A UserEvent: PENDING from the start, recorded on its own host timeline (round 1).
-  static std::shared_ptr<EventState> make_user(std::optional<Device> device, EventOptions options);
 
   // Ties the event to `work`, of `device` (nullopt for host work). InvalidArgument if the
   // event belongs to another device.
   void record(Ref<Work> work, std::optional<Device> device);
-  // Ties the event to host work `work` that streams do not wait for while it is pending
-  // (snapshot() leaves it out), only host waits, poll and callbacks: an imported event's
-  // verdict from another process (eventide/ipc.hpp), whose GPU-side ordering is a marker
-  // recorded beside it, so that a GPU stream's wait on it takes no host round trip. Once it
-  // has finished, its error counts for streams like any other.
-  void record_host_verdict(Ref<Work> work);
   // Ties the event to nothing on `device` (a tensor no op produced): finishes it if empty.
   void record_nothing(Device device);
   // InvalidArgument if work of `device` cannot be recorded on this event (it belongs to
@@ -80,7 +75,16 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // Blocks until finished (true) or the deadline (false). StateError if EMPTY. Does not
   // throw the tied work's error: see error().
   bool wait_until(const Deadline& deadline);
+  // Event::reset(): the kind's reset, or reset_to_empty() for a plain event.
   void reset();
+  // The plain reset: StateError while pending (naming the event), else EMPTY.
+  void reset_to_empty();
+  // For a kind whose reset starts its next round at once (EventKind::reset), called with the
+  // kind's own locks held: StateError while pending ("...: <finish_first>"), else clears the
+  // event and ties it to kind().begin_round_locked()'s work alone, PENDING.
+  void restart(const char* finish_first);
+  // The event's kind; null for a plain event. Fixed for the state's life.
+  EventKind* kind() const noexcept { return kind_.get(); }
   // Ids of callbacks, for remove_callback(): never 0, never reused within one event.
   using CallbackId = std::uint64_t;
   // Event::add_callback, returning the callback's id.
@@ -98,9 +102,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
   template <class Visit>
   int visit_callbacks_held_by_handles(Visit&& visit) {
     std::lock_guard lock(mu_);
-    // user_->step() changes only under mu_ (reset), and passes only through set, fail or the
-    // last handle going away.
-    if (!user_ || user_->step()->done()) return 0;
+    if (!kind_ || !kind_->finished_only_by_handles()) return 0;
     for (CallbackTask* t = callbacks_.front(); t; t = t->next) {
       if (int r = visit(t->fn)) return r;
     }
@@ -128,9 +130,9 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // first call, so that an event nobody observes never takes one.
   std::uint64_t observer_id() const noexcept;
 
-  // What a stream waiting on this event must wait for (SnapshotFor::stream_wait), or all of
-  // its pending work (SnapshotFor::export_all: an export to another process, the host verdict
-  // of record_host_verdict too).
+  // What a stream waiting on this event must wait for (SnapshotFor::stream_wait: the pending
+  // work less what the kind hides from streams, EventKind::hidden_from_streams), or all of
+  // its pending work (SnapshotFor::export_all: an export to another process).
   struct Snapshot {
     EventStatus status;
     std::vector<Ref<Work>> pending;
@@ -146,14 +148,6 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // How many times the event has finished: a waiter that sees it change was woken by a
   // completion, even if the event has been recorded again since (and is pending).
   std::uint64_t finishes() const noexcept { return finishes_.load(std::memory_order_acquire); }
-
-  // UserEvent operations (events made by make_user() only; user_event.cpp). set: StateError
-  // if the round failed; fail: InvalidArgument for a null error, StateError if the round is
-  // done.
-  void user_set();
-  void user_fail(std::exception_ptr error);
-  // Fails the current round if unset: the last UserEvent handle is gone. Never throws.
-  void user_abandon() noexcept;
 
   // Called by the armed listener.
   void on_armed_fence_passed() noexcept;
@@ -208,11 +202,6 @@ class EventState : public std::enable_shared_from_this<EventState> {
   void arm_locked(Actions& actions);
   void clear_locked();
   void run(Actions& actions) noexcept;
-  // How a UserEvent's round is finished by its host code.
-  enum class UserStep { set, fail };
-  void user_finish(std::exception_ptr error, UserStep step);
-  // reset() of a UserEvent: the next round, PENDING at once (user_event.cpp).
-  void start_next_round(Actions& actions);
   // record() unobserved, and observed (kept out of the hot path).
   void record_work(Ref<Work> work, std::optional<Device> device);
   [[gnu::cold, gnu::noinline]] void record_observed(Observer& observer, Ref<Work> work,
@@ -273,8 +262,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // and after it fired): for remove_callback() to take it back.
   Ref<Timeline> armed_timeline_;
   std::uint64_t armed_listen_id_ = 0;
-  std::unique_ptr<UserTimeline> user_;  // a UserEvent's host timeline; null for an Event
-  Ref<Work> host_verdict_;  // record_host_verdict's work: left out of snapshot() while pending
+  const std::unique_ptr<EventKind> kind_;  // null for a plain event
   mutable std::atomic<std::uint64_t> observer_id_{0};
 };
 

@@ -106,6 +106,22 @@ using eventide::detail::Timeline;
 using eventide::detail::Work;
 using eventide::detail::WorkKind;
 
+// An imported event's kind on the GPU path (core/event_kind.hpp): the exporter's verdict is
+// host work that host waits, poll and callbacks wait for, and that a stream's wait leaves out
+// while it is pending, since streams order after the GPU-side marker recorded beside it (no
+// host round trip). Once the verdict has finished, its error counts for streams too.
+class HostVerdict final : public eventide::detail::EventKind {
+ public:
+  explicit HostVerdict(Ref<Work> verdict) noexcept : verdict_(std::move(verdict)) {}
+  bool hidden_from_streams(const Work& work) const noexcept override {
+    return &work == verdict_.get();
+  }
+  void cleared() noexcept override { verdict_ = nullptr; }  // reset: a plain event from now on
+
+ private:
+  Ref<Work> verdict_;
+};
+
 constexpr std::uint64_t kMagic = 0x3130'4350'4945'5645ull;  // "EVEIPC01", little-endian
 constexpr std::uint32_t kVersion = 2;  // 2: the users word (1 had none; the handles are alike)
 constexpr std::string_view kHandlePrefix = "eventide-ipc:1:";
@@ -1085,7 +1101,11 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
   imp->verdict->set_seq(2);
   imp->next_liveness = std::chrono::steady_clock::now();  // checked at once
 
-  Event out(target, EventOptions{false});
+  // On the GPU path streams order after a marker recorded beside the verdict, which they
+  // leave out (HostVerdict); on the host path the verdict is a plain record.
+  Event out = gpu ? Event::of_state(std::make_shared<EventState>(
+                        target, EventOptions{false}, std::make_unique<HostVerdict>(imp->verdict)))
+                  : Event(target, EventOptions{false});
   if (gpu) {
     imp->backend = &ctx.backend();
     const std::uint32_t s = b.state.load(std::memory_order_acquire);
@@ -1128,7 +1148,7 @@ Event import_event(const std::string& handle, std::optional<Device> device) {
     passed->record(marker, target);
     // Runs once; holds `passed` until then.
     passed->add_callback([held, passed] { held->drop_native(); });
-    out.state()->record_host_verdict(imp->verdict);
+    out.state()->record(imp->verdict, std::nullopt);
     out.state()->record(std::move(marker), target);
   } else {
     // The host path: the verdict alone (the gate is not used).

@@ -1,5 +1,5 @@
-// UserEvent: an event recorded on a host timeline (core/user_event.hpp), one step per round,
-// which host code finishes (set, fail) or the last handle's going away fails (abandon).
+// UserEvent: an event of kind UserRounds (core/user_event.hpp), one host step per round, which
+// host code finishes (set, fail) or the last handle's going away fails (abandon).
 #include "core/user_event.hpp"
 
 #include <atomic>
@@ -17,29 +17,29 @@ namespace {
 
 std::atomic<std::uint64_t> g_next_user_event_id{1};
 
-// A round's step: a host Work with no body, finished by finish_step().
-Ref<Work> make_step_on(const Ref<Timeline>& timeline) {
-  return make_ref<Work>(timeline, "set", WorkKind::host);
-}
-
 }  // namespace
 
-// --- UserTimeline ------------------------------------------------------------------------
+// --- UserRounds --------------------------------------------------------------------------
 
-UserTimeline::UserTimeline()
-    : timeline_(make_ref<Timeline>("user event " + std::to_string(g_next_user_event_id++))),
-      step_(make_step_on(timeline_)) {
-  step_->set_seq(1);
+UserRounds::UserRounds()
+    : timeline_(make_ref<Timeline>("user event " + std::to_string(g_next_user_event_id++))) {}
+
+void UserRounds::reset(EventState& event) {
+  // A round's step: a host Work with no body, finished by finish_step(). Made first: out of
+  // memory, the event is left as it was.
+  Ref<Work> next = make_ref<Work>(timeline_, "set", WorkKind::host);
+  std::lock_guard round_lock(mu_);
+  next_ = std::move(next);
+  event.restart("set() or fail() it first");  // calls begin_round_locked() under its lock
 }
 
-Ref<Work> UserTimeline::make_step() const { return make_step_on(timeline_); }
-
-void UserTimeline::begin_round(Ref<Work> next) noexcept {
-  next->set_seq(step_->seq() + 1);
-  step_ = std::move(next);
+Ref<Work> UserRounds::begin_round_locked() noexcept {
+  next_->set_seq(step_ ? step_->seq() + 1 : 1);
+  step_ = std::move(next_);
+  return step_;
 }
 
-void UserTimeline::finish_step(std::exception_ptr error) noexcept {
+void UserRounds::finish_step(std::exception_ptr error) noexcept {
   Work& w = *step_;
   const std::int64_t now = host_now_ns();
   w.set_times(now, now);
@@ -48,70 +48,49 @@ void UserTimeline::finish_step(std::exception_ptr error) noexcept {
   w.timeline().advance(w.seq());
 }
 
-UserEventSetter::~UserEventSetter() { state_->user_abandon(); }
-
-// --- EventState: the UserEvent's operations ----------------------------------------------
-
-std::shared_ptr<EventState> EventState::make_user(std::optional<Device> device,
-                                                  EventOptions options) {
-  auto state = std::make_shared<EventState>(device, options);
-  state->user_ = std::make_unique<UserTimeline>();
-  // Recorded on round 1's step (unfinished: nothing to fold, nobody to arm for yet).
-  state->pending_.push_back(state->user_->step());
-  state->records_ = 1;
-  state->status_.store(EventStatus::pending, std::memory_order_release);
-  return state;
-}
-
-void EventState::start_next_round(Actions& actions) {
-  // Made first: out of memory, the event is left as it was.
-  Ref<Work> next = user_->make_step();
-  std::lock_guard round_lock(user_->mu());
-  std::lock_guard lock(mu_);
-  refresh_locked(actions);
-  if (!finished_locked()) {
-    throw StateError("cannot reset " + str_locked() +
-                     " while it is pending: set() or fail() it first");
-  }
-  clear_locked();  // keeps pending_'s room: the push below does not allocate
-  user_->begin_round(std::move(next));
-  pending_.push_back(user_->step());
-  records_ = 1;
-  status_.store(EventStatus::pending, std::memory_order_release);
-}
-
-void EventState::user_finish(std::exception_ptr error, UserStep step) {
-  std::lock_guard round_lock(user_->mu());
-  const Work& w = *user_->step();
+void UserRounds::finish(EventState& event, std::exception_ptr error, Step how) {
+  std::lock_guard round_lock(mu_);
+  const Work& w = *step_;
   if (w.done()) {
-    if (step == UserStep::set && !w.error()) return;  // set() twice: idempotent
-    throw StateError(std::string(step == UserStep::set ? "set" : "fail") + ": " + str() +
+    if (how == Step::set && !w.error()) return;  // set() twice: idempotent
+    throw StateError(std::string(how == Step::set ? "set" : "fail") + ": " + event.str() +
                      " has already " + (w.error() ? "failed" : "been set") + "; reset() it first");
   }
-  user_->finish_step(std::move(error));
+  finish_step(std::move(error));
 }
 
-void EventState::user_set() { user_finish(nullptr, UserStep::set); }
+void UserRounds::set(EventState& event) { finish(event, nullptr, Step::set); }
 
-void EventState::user_fail(std::exception_ptr error) {
+void UserRounds::fail(EventState& event, std::exception_ptr error) {
   if (!error) throw InvalidArgument("UserEvent::fail needs an error (got a null exception_ptr)");
-  user_finish(std::move(error), UserStep::fail);
+  finish(event, std::move(error), Step::fail);
 }
 
-void EventState::user_abandon() noexcept {
-  std::lock_guard round_lock(user_->mu());
-  if (user_->step()->done()) return;
+void UserRounds::abandon() noexcept {
+  std::lock_guard round_lock(mu_);
+  if (step_->done()) return;
   // It fails whatever happens: without memory for the message, with the bad_alloc.
   std::exception_ptr error;
   try {
     error = std::make_exception_ptr(
-        StateError("a UserEvent was destroyed without being set (" + user_->name() +
+        StateError("a UserEvent was destroyed without being set (" + timeline_->name() +
                    "): whatever waited on it can never go on"));
   } catch (...) {
     error = std::current_exception();
   }
-  user_->finish_step(std::move(error));
+  finish_step(std::move(error));
 }
+
+std::shared_ptr<EventState> make_user_event_state(std::optional<Device> device,
+                                                  EventOptions options) {
+  auto state = std::make_shared<EventState>(device, options, std::make_unique<UserRounds>());
+  rounds_of(*state).reset(*state);  // round 1: the state is EMPTY, nothing to wait for
+  return state;
+}
+
+UserRounds& rounds_of(EventState& state) noexcept { return static_cast<UserRounds&>(*state.kind()); }
+
+UserEventSetter::~UserEventSetter() { rounds_of(*state_).abandon(); }
 
 }  // namespace detail
 
@@ -120,15 +99,17 @@ void EventState::user_abandon() noexcept {
 UserEvent::UserEvent() : UserEvent(std::nullopt) {}
 
 UserEvent::UserEvent(std::optional<Device> device, EventOptions options)
-    : Event(detail::EventState::make_user(device, options)) {
+    : Event(detail::make_user_event_state(device, options)) {
   if (device) detail::Runtime::get().context(*device);
   setter_ = std::make_shared<detail::UserEventSetter>(state());
 }
 
-void UserEvent::set() { state()->user_set(); }
-void UserEvent::fail(std::exception_ptr error) { state()->user_fail(std::move(error)); }
+void UserEvent::set() { detail::rounds_of(*state()).set(*state()); }
+void UserEvent::fail(std::exception_ptr error) {
+  detail::rounds_of(*state()).fail(*state(), std::move(error));
+}
 void UserEvent::reset() { state()->reset(); }
-void UserEvent::abandon() noexcept { state()->user_abandon(); }
+void UserEvent::abandon() noexcept { detail::rounds_of(*state()).abandon(); }
 
 int UserEvent::visit_pending_callbacks_impl(int (*visit)(void* context, detail::Callback& callback),
                                             void* context) {

@@ -1,6 +1,6 @@
 // White-box tests of the runtime's primitives: Parker (src/core/parker.hpp) and Timeline
 // (src/core/timeline.hpp, listeners taken back included), plus the Work error helpers
-// (src/core/work.hpp).
+// (src/core/work.hpp), and kinds of event plugged into an EventState (src/core/event_kind.hpp).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/event_state.hpp"
 #include "core/parker.hpp"
 #include "core/timeline.hpp"
 #include "core/work.hpp"
@@ -601,3 +602,114 @@ TEST(StorageTest, AnAddressHandedOutOfEventideMarksItsStorage) {
   (void)t.data<float>();  // through data<T>() too
   EXPECT_TRUE(t.state()->storage->escaped());
 }
+
+// --- Kinds of event (src/core/event_kind.hpp) --------------------------------------------
+//
+// A kind written here, as a new kind of event would be written in its own file: it plugs into
+// EventState without EventState knowing of it.
+
+namespace {
+
+// Finishes host Work `w` of `timeline` (with `error`, or none) as a UserEvent's set() does.
+void finish_host_work(d::Timeline& timeline, d::Work& w, std::exception_ptr error = nullptr) {
+  const std::int64_t now = d::host_now_ns();
+  w.set_times(now, now);
+  w.set_error(std::move(error));
+  timeline.advance(w.seq());
+}
+
+// Rounds on a host timeline (reset starts the next at once), one hidden work, and a count of
+// the hooks' calls.
+class TestKind final : public d::EventKind {
+ public:
+  std::string_view type_name() const noexcept override { return "TestEvent"; }
+  bool shows_records() const noexcept override { return false; }
+  void reset(d::EventState& event) override {
+    ++resets;
+    next = d::make_ref<d::Work>(timeline, "round", d::WorkKind::host);
+    event.restart("finish the round first");
+  }
+  d::Ref<d::Work> begin_round_locked() noexcept override {
+    next->set_seq(++seq);
+    round = std::move(next);
+    return round;
+  }
+  void cleared() noexcept override { ++clears; }
+  bool hidden_from_streams(const d::Work& w) const noexcept override { return &w == hidden.get(); }
+  bool finished_only_by_handles() const noexcept override { return round && !round->done(); }
+
+  d::Ref<d::Timeline> timeline = d::make_ref<d::Timeline>("test kind");
+  d::Ref<d::Work> next, round, hidden;
+  std::uint64_t seq = 0;
+  int resets = 0, clears = 0;
+};
+
+TEST(EventKindTest, AKindNamesTheEventAndItsResetStartsTheNextRound) {
+  auto owned = std::make_unique<TestKind>();
+  TestKind& kind = *owned;
+  auto event = std::make_shared<d::EventState>(std::nullopt, ev::EventOptions{}, std::move(owned));
+  EXPECT_EQ(event->kind(), &kind);
+  EXPECT_EQ(event->status(), ev::EventStatus::empty);
+  event->reset();  // the kind's reset: round 1, PENDING at once
+  EXPECT_EQ(kind.resets, 1);
+  EXPECT_EQ(kind.clears, 1);
+  EXPECT_EQ(event->status(), ev::EventStatus::pending);
+  EXPECT_EQ(event->str(), "<TestEvent pending>");
+  // Pending: the kind's reset is refused with the kind's own advice, and nothing changes.
+  try {
+    event->reset();
+    ADD_FAILURE() << "reset of a pending round did not throw";
+  } catch (const ev::StateError& e) {
+    EXPECT_NE(std::string(e.what()).find("finish the round first"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(event->status(), ev::EventStatus::pending);
+  EXPECT_EQ(kind.round->seq(), 1u);
+  finish_host_work(*kind.timeline, *kind.round);
+  EXPECT_TRUE(event->poll());
+  event->reset();  // round 2: pending again, on the round's work alone
+  EXPECT_EQ(kind.round->seq(), 2u);
+  EXPECT_EQ(event->status(), ev::EventStatus::pending);
+  EXPECT_EQ(event->snapshot().pending.size(), 1u);
+  finish_host_work(*kind.timeline, *kind.round, std::make_exception_ptr(ev::OpError("round 2 failed", "test")));
+  EXPECT_EQ(event->status(), ev::EventStatus::failed);
+}
+
+TEST(EventKindTest, AStreamWaitLeavesOutWhatTheKindHidesButAnExportDoesNot) {
+  auto owned = std::make_unique<TestKind>();
+  TestKind& kind = *owned;
+  auto event = std::make_shared<d::EventState>(std::nullopt, ev::EventOptions{}, std::move(owned));
+  auto shown = d::make_ref<d::Work>(kind.timeline, "shown", d::WorkKind::host);
+  shown->set_seq(1);
+  kind.hidden = d::make_ref<d::Work>(kind.timeline, "hidden", d::WorkKind::host);
+  kind.hidden->set_seq(2);
+  event->record(shown, std::nullopt);
+  event->record(kind.hidden, std::nullopt);
+  auto for_stream = event->snapshot(d::EventState::SnapshotFor::stream_wait);
+  ASSERT_EQ(for_stream.pending.size(), 1u);
+  EXPECT_EQ(for_stream.pending[0], shown);
+  EXPECT_EQ(event->snapshot(d::EventState::SnapshotFor::export_all).pending.size(), 2u);
+  // Host waits wait for the hidden work too, and its error counts for streams once known.
+  finish_host_work(*kind.timeline, *shown);
+  EXPECT_FALSE(event->poll());
+  finish_host_work(*kind.timeline, *kind.hidden, std::make_exception_ptr(ev::OpError("verdict", "test")));
+  EXPECT_TRUE(event->poll());
+  auto after = event->snapshot(d::EventState::SnapshotFor::stream_wait);
+  EXPECT_TRUE(after.pending.empty());
+  EXPECT_TRUE(after.error);
+  EXPECT_EQ(event->str(), "<TestEvent failed>");  // shows_records() false: no op count
+}
+
+TEST(EventKindTest, APlainEventHasNoKindAndCountsItsOps) {
+  auto event = std::make_shared<d::EventState>(std::nullopt, ev::EventOptions{});
+  EXPECT_EQ(event->kind(), nullptr);
+  auto timeline = d::make_ref<d::Timeline>("plain");
+  auto w = d::make_ref<d::Work>(timeline, "w", d::WorkKind::host);
+  w->set_seq(1);
+  event->record(w, std::nullopt);
+  EXPECT_EQ(event->str(), "<Event pending, 1 op>");
+  finish_host_work(*timeline, *w);
+  event->reset();  // the plain reset: EMPTY
+  EXPECT_EQ(event->status(), ev::EventStatus::empty);
+}
+
+}  // namespace
