@@ -7,7 +7,7 @@
 //   UserRounds (core/user_event.cpp)   a UserEvent: one host step per round, which set(),
 //                                      fail() or the last handle's going away finishes;
 //                                      reset() starts the next round, PENDING at once.
-//   HostVerdict (core/ipc.cpp)         an imported event's verdict from another process:
+//   HostVerdict (ipc/gpu_path.cpp)     an imported event's verdict from another process:
 //                                      host waits, poll and callbacks wait for it, a stream's
 //                                      wait leaves it out (it orders after a GPU-side marker).
 //

@@ -276,7 +276,7 @@ const ev::Device kGpu = ev::Device::cuda(0);
 
 // A read-only view of an exported event's shared block (by its handle), kept mapped after its
 // name is removed: the state word (offset 16) and the users word (offset 76: importers using
-// the exporter's CUDA event, and bit 31, the exporter's closing bit), as src/core/ipc.cpp lays
+// the exporter's CUDA event, and bit 31, the exporter's closing bit), as src/ipc/block.hpp lays
 // them out (static_asserts there).
 class BlockView {
  public:
