@@ -1,7 +1,5 @@
 #include "core/runtime.hpp"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <cstdlib>
 
@@ -107,20 +105,14 @@ struct ShutdownAtExit {
   }
 };
 
-// pthread_atfork may hold the handlers twice (register_fork_handlers): the outermost call of
-// each step acts. Per thread: the forking thread runs all three (the child, as its only one).
-thread_local int tls_fork_nesting = 0;
-
-void on_fork_prepare() {
-  if (tls_fork_nesting++ > 0) return;
+// The runtime's stage of fork() (core/fork.hpp).
+void on_fork_prepare() noexcept {
   if (Runtime* r = g_runtime.load()) r->prepare_fork();
 }
-void on_fork_parent() {
-  if (--tls_fork_nesting > 0) return;
+void on_fork_parent() noexcept {
   if (Runtime* r = g_runtime.load()) r->after_fork(ForkSide::parent);
 }
-void on_fork_child() {
-  if (--tls_fork_nesting > 0) return;
+void on_fork_child() noexcept {
   if (Runtime* r = g_runtime.load()) r->after_fork(ForkSide::child);
 }
 
@@ -135,7 +127,7 @@ Runtime& Runtime::get() {
     auto* r = new Runtime();
     g_runtime.store(r);
     static ShutdownAtExit at_exit;
-    register_fork_handlers();
+    set_fork_steps(ForkStage::runtime, {&on_fork_prepare, &on_fork_parent, &on_fork_child});
     return r;
   }();
   return *runtime;
@@ -341,8 +333,6 @@ void Runtime::resume_after_fork_pause() noexcept {
     if (!c->lost_in_fork()) c->backend().after_fork_in_parent(ForkLocks::release);
   }
 }
-
-void register_fork_handlers() noexcept { pthread_atfork(&on_fork_prepare, &on_fork_parent, &on_fork_child); }
 
 std::shared_ptr<StreamState> exchange_current_stream(Device device,
                                                      std::shared_ptr<StreamState> stream) noexcept {

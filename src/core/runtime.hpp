@@ -109,8 +109,8 @@ class Runtime {
   // Every available device's backend's empty_cache(); the bytes given back.
   std::size_t empty_cache() noexcept;
 
-  // fork(). pthread_atfork's three steps (registered when the runtime starts; see
-  // register_fork_handlers): before it, every device quiesces (running CPU ops get kFork-
+  // fork(). The runtime's stage of fork's steps (core/fork.hpp: set when the runtime
+  // starts): before it, every device quiesces (running CPU ops get kFork-
   // Grace to finish, none starts) and holds its locks; after it, the parent goes on, and the
   // child gets a working CPU (work queued before the fork runs there too; an op whose body
   // was still running fails) and loses the GPUs (CUDA does not survive fork: using one is a
@@ -137,12 +137,6 @@ class Runtime {
 
 // How long fork() waits for running CPU ops before it goes ahead.
 inline constexpr std::chrono::seconds kForkGrace{2};
-
-// Registers the runtime's pthread_atfork handlers (again): fork's prepare handlers run last
-// registered first, so a library loaded after the runtime started (OpenBLAS, whose own
-// handler hangs if a matmul runs) calls this after loading, for the runtime to quiesce before
-// that library's handler runs. The handlers act once per fork however often registered.
-void register_fork_handlers() noexcept;
 
 // Sets the calling thread's current stream for `device` (null: back to the default stream)
 // and returns the previous setting. Needs no runtime (it runs in StreamGuard destructors).

@@ -17,12 +17,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
-#include <pthread.h>
 #include <thread>
 #include <string_view>
 #include <utility>
 
 #include "core/event_state.hpp"
+#include "core/fork.hpp"
 #include "core/parker.hpp"
 #include "core/runtime.hpp"
 #include "core/runtime_lock.hpp"
@@ -48,8 +48,8 @@ namespace detail {
 
 namespace {
 // Whether this process is a fork() of the one whose communicators these are: MPI and NCCL
-// are that process's, and may not be used here (set in the child by a pthread_atfork handler
-// registered with the process's state, before any communicator can exist).
+// are that process's, and may not be used here (set in the child by the distributed stage of
+// fork's steps, core/fork.hpp, set with the process's state, before any communicator can exist).
 std::atomic<bool> g_forked_child{false};
 
 bool in_forked_child() noexcept { return g_forked_child.load(std::memory_order_relaxed); }
@@ -143,7 +143,8 @@ struct Process {
 Process& process() {
   // Never destroyed: finalize() runs at exit, before statics go.
   static Process* p = [] {
-    ::pthread_atfork(nullptr, nullptr, [] { g_forked_child.store(true, std::memory_order_relaxed); });
+    rt::set_fork_steps(rt::ForkStage::distributed,
+                       {.child = []() noexcept { g_forked_child.store(true, std::memory_order_relaxed); }});
     return new Process;
   }();
   return *p;

@@ -29,7 +29,7 @@ using eventide::detail::Timeline;
 using eventide::detail::Work;
 
 // The exporter's block names, removed at exit, and the descriptors of its liveness locks,
-// which a forked child closes (the export's fork step, watcher.cpp). Under `mu`.
+// which a forked child closes (the exports' fork stage, export.cpp). Under `mu`.
 struct OwnedNames {
   std::mutex mu;
   std::set<std::string> names;

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/event_state.hpp"
+#include "core/fork.hpp"
 #include "core/runtime.hpp"
 #include "eventide/errors.hpp"
 #include "eventide/ipc.hpp"
@@ -33,7 +34,18 @@ namespace detail {
 OwnedNames& owned_names() {
   static OwnedNames* names = [] {
     auto* n = new OwnedNames;  // never freed: used by the exit handler
-    register_ipc_fork_handlers();
+    // fork(): the lock taken after the runtime has quiesced, the liveness locks' descriptors
+    // closed in the child (core/fork.hpp, ForkStage::ipc_exports).
+    eventide::detail::set_fork_steps(
+        eventide::detail::ForkStage::ipc_exports,
+        {.prepare = []() noexcept { owned_names().mu.lock(); },
+         .parent = []() noexcept { owned_names().mu.unlock(); },
+         .child = []() noexcept {
+           OwnedNames& o = owned_names();
+           for (int fd : o.lock_fds) ::close(fd);
+           o.lock_fds.clear();
+           o.mu.unlock();
+         }});
     std::atexit([] {
       OwnedNames& o = owned_names();
       std::lock_guard lock(o.mu);

@@ -5,7 +5,7 @@
 // open-file-description lock (F_OFD_SETLK) on the block's first byte, through a descriptor of
 // its own. It goes when the process ends however it ends (a zombie holds none), is not the
 // process's pid (so it means the same in another PID namespace), and a child of fork() lets go
-// of its copy (the export's fork step). The importer looks at it through its own descriptor
+// of its copy (the exports' fork stage). The importer looks at it through its own descriptor
 // (F_OFD_GETLK). Where the kernel lacks such locks (Linux before 3.15), the exporter's pid and
 // start time (/proc/<pid>/stat: a zombie or a reused pid counts as dead) stand in.
 #pragma once

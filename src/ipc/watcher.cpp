@@ -1,8 +1,6 @@
-// The importing process's watcher thread (watcher.hpp), and fork()'s steps for exports and
-// imports.
+// The importing process's watcher thread (watcher.hpp).
 #include "ipc/watcher.hpp"
 
-#include <pthread.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -11,6 +9,7 @@
 #include <new>
 #include <thread>
 
+#include "core/fork.hpp"
 #include "core/runtime.hpp"
 #include "ipc/liveness.hpp"
 
@@ -33,8 +32,10 @@ void settle(Work& w, std::exception_ptr error) noexcept {
 Watcher& Watcher::get() {
   static Watcher* w = [] {
     auto* made = new Watcher;  // never freed: its thread runs until the process ends
-    register_ipc_fork_handlers();
     g_watcher.store(made, std::memory_order_release);
+    // A new thread for the imports in a forked child (core/fork.hpp: after the runtime's).
+    eventide::detail::set_fork_steps(eventide::detail::ForkStage::ipc_watcher,
+                                     {.child = []() noexcept { Watcher::after_fork_in_child_if_made(); }});
     return made;
   }();
   return *w;
@@ -240,34 +241,6 @@ void Watcher::retry_retired(std::vector<WaitV>& waiters) noexcept {
     }
   }
   destroy.clear();  // cudaEventDestroy
-}
-
-// fork(). Registered once, by the first export or import, when the runtime has registered its
-// own handlers already (both call Runtime::get() first):
-// * before the fork, the exporters' lock (OwnedNames::mu) is taken, so that the child finds it
-//   free; after it, the child closes its copies of the liveness locks' descriptors, so that
-//   the locks go when the exporter goes, not when its last child does;
-// * the runtime's handlers are registered again after that pair: prepare handlers run last
-//   registered first, so the runtime quiesces (a running CPU body or a callback may need
-//   `mu`: export_event, dropping an ExportedEvent) before `mu` is taken, instead of such a
-//   body blocking on it for the whole grace period and failing in the child as interrupted by
-//   fork; its parent and child steps then run after `mu` is let go (they act once per fork
-//   however often registered: the outermost call acts);
-// * the watcher's child step (a new thread for the imports) is registered after that again,
-//   to run once the runtime's child is in order.
-void register_ipc_fork_handlers() noexcept {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    ::pthread_atfork([] { owned_names().mu.lock(); }, [] { owned_names().mu.unlock(); },
-                     [] {
-                       OwnedNames& o = owned_names();
-                       for (int fd : o.lock_fds) ::close(fd);
-                       o.lock_fds.clear();
-                       o.mu.unlock();
-                     });
-    eventide::detail::register_fork_handlers();
-    ::pthread_atfork(nullptr, nullptr, [] { Watcher::after_fork_in_child_if_made(); });
-  });
 }
 
 }  // namespace eventide::ipc::detail

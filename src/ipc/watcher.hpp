@@ -31,7 +31,7 @@ class Watcher {
   // and the import needs no watching.
   static bool settle_now_if_over(Import& imp) noexcept;
 
-  // fork()'s child step (register_ipc_fork_handlers), if a watcher was made.
+  // fork()'s child step (its stage, ForkStage::ipc_watcher), if a watcher was made.
   static void after_fork_in_child_if_made() noexcept;
 
   // Takes `r` to destroy once its importers have let go (try_destroy), retried when its users
@@ -57,9 +57,5 @@ class Watcher {
   std::atomic<std::uint32_t> wake_{0};
   bool started_ = false;
 };
-
-// fork()'s steps for exports and imports, registered once, by the first export or import
-// (watcher.cpp says in which order, and why).
-void register_ipc_fork_handlers() noexcept;
 
 }  // namespace eventide::ipc::detail

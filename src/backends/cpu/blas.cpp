@@ -56,9 +56,9 @@ Api load() {
     tried += std::string(tried.empty() ? "" : "; ") + dlerror();
   }
   if (!lib) throw DeviceError("cannot load OpenBLAS (install libopenblas0): " + tried, "dlopen");
-  // OpenBLAS's own fork handler hangs while a matmul runs: the runtime's must run before it,
-  // to let running matmuls finish first, so it is registered again, after OpenBLAS's.
-  detail::register_fork_handlers();
+  // OpenBLAS's own fork handler hangs while a matmul runs: eventide's must run before it, to
+  // let running matmuls finish first, so they are installed again, after OpenBLAS's.
+  detail::install_fork_handlers();
   a.sgemm = symbol<decltype(a.sgemm)>(lib, "cblas_sgemm");
   a.dgemm = symbol<decltype(a.dgemm)>(lib, "cblas_dgemm");
   a.config = symbol<char* (*)()>(lib, "openblas_get_config")();
