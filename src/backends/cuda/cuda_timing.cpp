@@ -1,22 +1,20 @@
+// The timing facade (cuda_timing.hpp): chooses the mode's strategy (cuda_timing_modes.hpp) at
+// its start, and does what every mode shares: the markers' stamps and their pool, fork, and
+// waiting for an op's launch to end before its time is asked.
 #include "backends/cuda/cuda_timing.hpp"
 
-#include <cupti.h>
-
 #include <atomic>
-#include <cmath>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <mutex>
-#include <optional>
-#include <span>
-#include <unordered_map>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/cuda/cuda_api.hpp"
-#include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/cuda_timing_modes.hpp"
 #include "core/runtime_lock.hpp"
 
 namespace eventide::backends::cuda {
@@ -26,310 +24,9 @@ using detail::Work;
 
 namespace {
 
-constexpr std::size_t kBufferSize = std::size_t{4} << 20;
-// CUPTI wants its activity buffers aligned to this many bytes.
-constexpr std::size_t kBufferAlignment = 8;
-// cudaEventElapsedTime's milliseconds to nanoseconds.
-constexpr double kNsPerMs = 1e6;
-// CUPTI's clock against the host's: the narrowest of this many brackets.
-constexpr int kClockBrackets = 8;
-// A calibration: the stream is held busy this long by a spinning kernel, so that what the host
-// queues behind it (two timed one-element kernels around the anchor's event) runs back to back.
-constexpr std::int64_t kCalibrationSpinNs = 50'000;
-// The anchor is off by half the two kernels' gap at most. On an H200 that gap was 2.4-2.7 µs in
-// a busy process, 7-19 µs after the GPU idled (lower clocks); a gap wider than this is tried
-// again (the host may have been slower than the spin, or another process's work fell in it),
-// this many times at most, and the narrowest is kept. Each try costs a flush of CUPTI's buffers.
-constexpr std::int64_t kCalibrationGapNs = 4'000;
-constexpr int kCalibrationTries = 4;
-// Device memory for the calibration's kernels: the one-element kernels' word, then the
-// spinning kernel's two stamps.
-constexpr std::size_t kCalibrationScratchBytes = 64;
-constexpr std::size_t kCalibrationStampsOffset = 16;
-// The watcher flushes CUPTI's buffers once this many finished ops wait for their records.
-constexpr std::size_t kFlushWhenRetired = 1024;
-// Markers measured from an anchor more than this far away (float milliseconds: 60 ns steps at
-// one second) make a new anchor, if the anchor is older than the second limit.
-constexpr float kAnchorReachMs = 1000.0f;
-constexpr std::int64_t kAnchorAgeNs = 1'000'000'000;
-// A reference event that completed within this long was recorded on an idle stream.
-constexpr std::int64_t kReferenceIdleNs = 100'000;
-// CUPTI's clock against the host's: measured again when the last measure is this old, so
-// that a long process follows a clock that is stepped or drifts.
-constexpr std::int64_t kCalibrationAgeNs = 10'000'000'000;
-
-// This process is the child of a fork (Timing::forget_after_fork): the timing's locks may have
+// This process is the child of a fork (Timing::forget_after_fork): the modes' locks may have
 // been held by a thread of the parent's, and CUDA does not work here. Nothing takes them.
 std::atomic<bool> g_forked{false};
-
-const char* cupti_text(CUptiResult r) {
-  const char* s = nullptr;
-  cuptiGetResultString(r, &s);
-  return s ? s : "unknown CUPTI error";
-}
-
-}  // namespace
-
-struct Timing::Impl {
-  struct Entry {
-    Ref<Work> work;
-    std::vector<std::uint32_t> correlations;
-    std::uint64_t retired_epoch = 0;  // 0: still running
-    cudaEvent_t start = nullptr;      // events mode
-    cudaEvent_t end = nullptr;
-    int device = 0;
-  };
-
-  detail::RuntimeMutex mu;
-  std::unordered_map<std::uint64_t, Entry> entries;  // by our correlation id
-  std::unordered_map<const Work*, std::uint64_t> ids;
-  std::unordered_map<std::uint32_t, std::uint64_t> by_correlation;  // CUPTI's id -> ours
-  // Activity records of no op's launch seen so far (other code's work, in practice).
-  struct Orphan {
-    std::uint64_t start = 0, end = 0;
-    std::uint64_t epoch = 0;  // when it was delivered
-  };
-  std::unordered_map<std::uint32_t, Orphan> orphans;
-  std::uint64_t next_id = 1;
-  std::atomic<int> open_scopes{0};  // CUPTI mode: Scopes whose launches are not tied yet
-  std::uint64_t epoch = 1;
-  // Retired entries not yet final. Changed under mu; read without it by maintain(), which the
-  // watcher calls on every turn of its loop (taking mu there made op launches, which take it
-  // too, queue behind a spinning watcher).
-  std::atomic<std::size_t> retired_waiting{0};
-  std::mutex flush_mu;
-  std::string why;  // why CUPTI is not in use, if it is not
-
-  // Events mode: per device, an event recorded at start-up that times are measured from, and
-  // the host time (host_now_ns) at which it completed.
-  std::unordered_map<int, cudaEvent_t> reference;
-  std::unordered_map<int, std::int64_t> reference_host_ns;
-  std::vector<cudaEvent_t> spare_events;
-
-  // CUPTI's clock minus the host's, and when that was measured (host ns; 0: never). Under mu.
-  std::int64_t cupti_offset_ns = 0;
-  std::int64_t cupti_offset_at = 0;
-
-  void merge(std::uint64_t id, std::uint64_t start, std::uint64_t end) {
-    auto it = entries.find(id);
-    if (it != entries.end()) it->second.work->merge_times(static_cast<std::int64_t>(start),
-                                                          static_cast<std::int64_t>(end));
-  }
-
-  // Ops' launching calls, noted by closing Scopes: the launching threads take only this
-  // lock, never mu, which record delivery and finalize hold for long stretches (a launch
-  // that waited there paid for it). fold_pending() moves them into the maps, under mu.
-  struct Pending {
-    Ref<Work> work;
-    std::size_t first = 0;  // its correlation ids: pending_correlations[first, first + count)
-    std::size_t count = 0;
-  };
-  detail::RuntimeMutex pending_mu;
-  std::vector<Pending> pending;
-  std::vector<std::uint32_t> pending_correlations;
-  std::vector<Pending> folding;  // under mu: swapped with the above, their room kept
-  std::vector<std::uint32_t> folding_correlations;
-
-  // Notes the op's launching calls (a Scope closing). An op whose calls cannot be noted (out
-  // of memory) is left untimed.
-  void note(Work& work, std::span<const std::uint32_t> correlations) noexcept {
-    try {
-      std::lock_guard lock(pending_mu);
-      const std::size_t first = pending_correlations.size();
-      pending_correlations.insert(pending_correlations.end(), correlations.begin(), correlations.end());
-      try {
-        pending.push_back(Pending{Ref<Work>(&work), first, correlations.size()});
-      } catch (...) {
-        pending_correlations.resize(first);
-      }
-    } catch (...) {
-    }
-  }
-
-  // Under mu: the noted ops get their entries and their calls' correlations.
-  void fold_pending() noexcept {
-    {
-      std::lock_guard lock(pending_mu);
-      pending.swap(folding);
-      pending_correlations.swap(folding_correlations);
-    }
-    for (Pending& p : folding) {
-      try {
-        const std::uint64_t id = next_id++;
-        Entry& e = entries[id];
-        e.work = std::move(p.work);
-        ids[e.work.get()] = id;
-        for (std::size_t i = p.first; i < p.first + p.count; ++i) launched(id, folding_correlations[i]);
-      } catch (...) {
-        // Out of memory: the calls not tied lose their time (the op's is partial or unknown).
-      }
-    }
-    folding.clear();
-    folding_correlations.clear();
-  }
-
-  // The launching call `correlation` (CUPTI's id) was made for the op `id`. Under mu.
-  void launched(std::uint64_t id, std::uint32_t correlation) {
-    auto it = entries.find(id);
-    if (it == entries.end()) return;
-    it->second.correlations.push_back(correlation);
-    by_correlation[correlation] = id;
-    if (auto o = orphans.find(correlation); o != orphans.end()) {
-      merge(id, o->second.start, o->second.end);
-      orphans.erase(o);
-    }
-  }
-
-  // A record (buffer_completed, under mu, after fold_pending).
-  void take(CUpti_Activity* rec) {
-    std::uint32_t correlation = 0;
-    std::uint64_t start = 0, end = 0;
-    switch (rec->kind) {
-      case CUPTI_ACTIVITY_KIND_KERNEL:
-      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-        auto* r = reinterpret_cast<CUpti_ActivityKernel10*>(rec);
-        correlation = r->correlationId;
-        start = r->start;
-        end = r->end;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMCPY: {
-        auto* r = reinterpret_cast<CUpti_ActivityMemcpy6*>(rec);
-        correlation = r->correlationId;
-        start = r->start;
-        end = r->end;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMCPY2: {
-        auto* r = reinterpret_cast<CUpti_ActivityMemcpyPtoP4*>(rec);
-        correlation = r->correlationId;
-        start = r->start;
-        end = r->end;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMSET: {
-        auto* r = reinterpret_cast<CUpti_ActivityMemset4*>(rec);
-        correlation = r->correlationId;
-        start = r->start;
-        end = r->end;
-        break;
-      }
-      default:
-        return;
-    }
-    if (auto it = by_correlation.find(correlation); it != by_correlation.end()) {
-      merge(it->second, start, end);
-    } else {
-      Orphan& o = orphans.try_emplace(correlation, Orphan{start, end, epoch}).first->second;
-      o.start = std::min(o.start, start);
-      o.end = std::max(o.end, end);
-    }
-  }
-
-  // Events mode: the device's reference event, recorded (and its host time measured) on
-  // first use; null if it could not be. Under mu.
-  cudaEvent_t reference_of(int device) {
-    if (auto it = reference.find(device); it != reference.end()) return it->second;
-    cudaEvent_t ref;
-    if (cudaEventCreate(&ref) != cudaSuccess) return nullptr;
-    const std::int64_t before = detail::host_now_ns();
-    if (cudaEventRecord(ref, nullptr) != cudaSuccess) {
-      cudaEventDestroy(ref);
-      return nullptr;
-    }
-    cudaEventSynchronize(ref);
-    const std::int64_t after = detail::host_now_ns();
-    reference[device] = ref;
-    // It completed between the two: on an idle stream at once (the middle is within a few
-    // microseconds); behind other work (the legacy stream is shared), just before the
-    // synchronize returned.
-    reference_host_ns[device] = after - before < kReferenceIdleNs ? before + (after - before) / 2 : after;
-    return ref;
-  }
-
-  // Markers' events (timed), per device, for reuse.
-  std::unordered_map<int, std::vector<cudaEvent_t>> spare_stamps;
-  void give_stamp(int device, cudaEvent_t ev) noexcept {
-    if (g_forked.load(std::memory_order_acquire)) return;  // the parent's event: left alone
-    std::lock_guard lock(mu);
-    try {
-      spare_stamps[device].push_back(ev);
-    } catch (...) {
-      cudaEventDestroy(ev);
-    }
-  }
-
-  // CUPTI mode: per device, a CUDA event whose time on CUPTI's clock is known, that markers'
-  // events are measured from (cudaEventElapsedTime, exact to float precision within a second
-  // or so: hence made again when the one in use is older than that). Under calibration_mu.
-  struct Anchor {
-    cudaEvent_t event = nullptr;
-    cudaEvent_t trial = nullptr;  // a calibration's attempt; swapped with `event` if it is better
-    std::int64_t cupti_ns = 0;
-    std::int64_t made_host_ns = 0;
-    cudaStream_t stream = nullptr;
-    void* scratch = nullptr;
-  };
-  std::mutex calibration_mu;
-  std::unordered_map<int, Anchor> anchors;
-
-  // Makes final the entries that retired before `before`. Under mu.
-  void finalize(std::uint64_t before) {
-    // Read before the fold: a Scope that closed before this read has noted its calls, and the
-    // fold ties the records of those calls kept as orphans.
-    const bool no_scope_open = open_scopes.load() == 0;
-    fold_pending();
-    for (auto it = entries.begin(); it != entries.end();) {
-      Entry& e = it->second;
-      if (e.retired_epoch == 0 || e.retired_epoch >= before) {
-        ++it;
-        continue;
-      }
-      for (std::uint32_t c : e.correlations) by_correlation.erase(c);
-      e.work->finish_timing();
-      ids.erase(e.work.get());
-      retired_waiting.fetch_sub(1, std::memory_order_relaxed);
-      it = entries.erase(it);
-    }
-    // Records of no op's launch belong to other code's launches, unless an op's launch is
-    // still being tied to its calls (a Scope open on some thread): then the records of this
-    // flush may be its own. Older ones cannot be (a scope lasts one launch).
-    if (no_scope_open) {
-      orphans.clear();
-    } else {
-      std::erase_if(orphans, [&](const auto& o) { return o.second.epoch + 1 < before; });
-    }
-  }
-};
-
-namespace {
-
-Timing::Impl* g_impl = nullptr;  // for CUPTI's C callbacks
-std::atomic<bool> g_records_wanted{false};  // CUPTI mode is in use: records are read
-
-void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
-  *size = kBufferSize;
-  *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kBufferAlignment, kBufferSize));
-  *max_records = 0;
-}
-
-void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t,
-                               std::size_t valid) {
-  // Called by CUPTI (C): nothing may escape. A record that cannot be kept (out of memory)
-  // is lost: its op's time is then partial or unknown, never wrong about completion.
-  if (g_impl && g_records_wanted.load(std::memory_order_acquire) && valid > 0) {
-    std::lock_guard lock(g_impl->mu);
-    g_impl->fold_pending();  // the ops launched so far own their records
-    CUpti_Activity* rec = nullptr;
-    while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
-      try {
-        g_impl->take(rec);
-      } catch (...) {
-      }
-    }
-  }
-  std::free(buffer);
-}
 
 Timing::Mode mode_from_env() {
   const char* env = std::getenv("EVENTIDE_CUDA_TIMING");
@@ -340,453 +37,49 @@ Timing::Mode mode_from_env() {
   return Timing::Mode::cupti;
 }
 
-// Whether a Scope is open on this thread, and the correlation ids of the
-// launching calls made in it so far: CUPTI's callback notes them here, without a lock (it runs
-// inside CUDA's call, where taking the lock that CUPTI's buffer callback takes could
-// deadlock), and the Scope ties them to the op when it closes.
-thread_local bool t_scope_open = false;
-thread_local std::vector<std::uint32_t> t_correlations;
-
-void CUPTIAPI api_entered(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
-  // Called by CUPTI (C): nothing may escape. A correlation that cannot be kept (out of
-  // memory) loses that launch's time, never more.
-  const auto* info = static_cast<const CUpti_CallbackData*>(data);
-  if (!t_scope_open || info->callbackSite != CUPTI_API_ENTER) return;
-  try {
-    t_correlations.push_back(info->correlationId);
-  } catch (...) {
-  }
-}
-
-// Whether CUDA's call `name` puts work on the GPU that CUPTI records (kernels, copies, sets).
-bool launches_work(const char* name) {
-  // (A host function launched into a stream has no record.)
-  if (std::strstr(name, "HostFunc") != nullptr) return false;
-  for (const char* prefix : {"cuLaunch", "cuMemcpy", "cuMemset", "cuGraphLaunch", "cudaLaunch",
-                             "cudaMemcpy", "cudaMemset", "cudaGraphLaunch"}) {
-    if (std::strncmp(name, prefix, std::strlen(prefix)) == 0) return true;
-  }
-  return false;
-}
-
-constexpr CUpti_ActivityKind kRecordedKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                                 CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
-
-// Starts CUPTI's part of the timing; on failure, leaves nothing of it running and says why.
-std::string start_cupti() {
-  auto fail = [](const char* call, CUptiResult r) { return std::string(call) + ": " + cupti_text(r); };
-  // Which op a record belongs to: a callback on the calls that launch work only, by name in
-  // both API domains (under CUDA 13 a <<<>>> launch shows as the driver's cuLaunchKernel,
-  // cuBLASLt's as cuLaunchKernelEx). Every other call runs untouched: recording all API
-  // calls, which external correlation ids need, made each CUDA call of the process slower
-  // (cudaGetDevice + cudaSetDevice 1.1 µs instead of 0.1 on an H200). CUPTI has one
-  // subscriber per process: under a profiler that holds it, this fails first, with the
-  // profiler's name, and eventide times with event pairs.
-  CUpti_SubscriberHandle subscriber = nullptr;
-  char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN] = {};
-  CUpti_SubscriberParams params{};
-  params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
-  params.subscriberName = "eventide op timing";
-  params.oldSubscriberName = holder;
-  params.oldSubscriberSize = sizeof holder;
-  if (CUptiResult r = cuptiSubscribe_v2(&subscriber, api_entered, nullptr, &params); r != CUPTI_SUCCESS) {
-    std::string why = fail("cuptiSubscribe_v2", r);
-    if (holder[0] != '\0') why += std::string(" (held by ") + holder + ")";
-    return why;
-  }
-  std::string why;
-  int enabled = 0;
-  struct DomainRange {
-    CUpti_CallbackDomain domain;
-    CUpti_CallbackId size;
-  };
-  for (DomainRange d : {DomainRange{CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE},
-                        DomainRange{CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE}}) {
-    for (CUpti_CallbackId cbid = 1; cbid < d.size && why.empty(); ++cbid) {
-      const char* name = nullptr;
-      if (cuptiGetCallbackName(d.domain, cbid, &name) != CUPTI_SUCCESS || !name || !launches_work(name)) continue;
-      if (CUptiResult r = cuptiEnableCallback(1, subscriber, d.domain, cbid); r != CUPTI_SUCCESS) {
-        why = fail("cuptiEnableCallback", r);
-      }
-      ++enabled;
-    }
-  }
-  if (why.empty() && enabled == 0) why = "cuptiGetCallbackName: no launching call found";
-  if (why.empty()) {
-    if (CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS) {
-      why = fail("cuptiActivityRegisterCallbacks", r);
-    }
-  }
-  std::size_t kinds_on = 0;
-  for (; why.empty() && kinds_on < std::size(kRecordedKinds); ++kinds_on) {
-    if (CUptiResult r = cuptiActivityEnable(kRecordedKinds[kinds_on]); r != CUPTI_SUCCESS) {
-      why = fail("cuptiActivityEnable", r);
-      break;
-    }
-  }
-  if (!why.empty()) {
-    for (std::size_t k = 0; k < kinds_on; ++k) cuptiActivityDisable(kRecordedKinds[k]);
-    cuptiUnsubscribe(subscriber);
-  }
-  return why;
-}
-
-}  // namespace
-
-void Timing::forget_after_fork() noexcept { g_forked.store(true, std::memory_order_release); }
-
-namespace {
-std::atomic<Timing*> g_started{nullptr};  // Timing::if_started
-}  // namespace
-
-Timing& Timing::get() {
-  static Timing* t = [] {
-    auto* made = new Timing();  // never destroyed: CUPTI may call back during exit
-    g_started.store(made, std::memory_order_release);
-    return made;
-  }();
-  return *t;
-}
-
-Timing* Timing::if_started() noexcept { return g_started.load(std::memory_order_acquire); }
-
-void Timing::retired_untimed(Work& work) noexcept {
-  // As retired() finds such a work: a marker's time is read from its stamp; anything else has
-  // no time.
-  if (work.is_marker() && work.stamp()) return;
-  if (!work.timing_known()) work.finish_timing();
-}
-
-namespace {
-
-// The record keeping, made (cheaply: no CUDA call) apart from CUPTI's start, so that stamps can
-// be taken before it (Timing::stamp).
-Timing::Impl& shared_impl() {
-  static Timing::Impl* impl = new Timing::Impl();  // never destroyed, as Timing
-  return *impl;
-}
-
 Timing::Mode env_mode() {
   static const Timing::Mode mode = mode_from_env();
   return mode;
 }
 
-}  // namespace
-
-Timing::Timing() : impl_(&shared_impl()), mode_(env_mode()) {
-  g_impl = impl_;
-  if (mode_ == Mode::cupti) {
-    impl_->why = start_cupti();
-    if (impl_->why.empty()) {
-      g_records_wanted.store(true, std::memory_order_release);
-      // CUPTI sets up its buffers with its first records, which takes a while: a call and a
-      // flush here, so that the first op or marker timed does not carry it.
-      int device = 0;
-      (void)cudaGetDevice(&device);
-      cuptiActivityFlushAll(0);
-    }
-    if (!impl_->why.empty()) {
-      std::fprintf(stderr, "eventide: CUPTI is unavailable (%s): CUDA op times fall back to event "
-                           "pairs, which include launch gaps\n", impl_->why.c_str());
-      mode_ = Mode::events;
-    }
-  }
-}
-
-std::string Timing::describe(Mode mode, const std::string& why_not_cupti) {
-  switch (mode) {
-    case Mode::cupti: return "CUPTI activity records (each op's own kernels and copies)";
-    case Mode::events:
-      return "CUDA event pairs (include launch gaps" +
-             (why_not_cupti.empty() ? std::string(")") : "; CUPTI: " + why_not_cupti + ")");
-    case Mode::off: return "off (EVENTIDE_CUDA_TIMING=off)";
-  }
-  return "?";
-}
-
-std::string Timing::describe() const { return describe(mode_, impl_->why); }
-
-std::string Timing::describe_without_waiting() {
-  if (Timing* t = if_started()) return t->describe();
-  std::string mode = describe(env_mode(), "");
-  if (env_mode() == Mode::cupti) mode += ", once CUPTI has started (with the device's first work, on a thread of eventide's)";
-  return mode;
-}
-
-namespace {
-
-// A marker's timed CUDA event; back to the pool when the marker is gone.
-class CudaStamp final : public detail::Stamp {
+// The off mode: nothing is timed.
+class OffTiming final : public TimingMode {
  public:
-  CudaStamp(Timing::Impl& impl, int device, cudaEvent_t event) noexcept
-      : impl_(impl), device_(device), event_(event) {}
-  ~CudaStamp() override { impl_.give_stamp(device_, event_); }
-
-  std::optional<double> ns_until(const detail::Stamp& later) const noexcept override {
-    auto* other = dynamic_cast<const CudaStamp*>(&later);
-    if (!other || other->device_ != device_) return std::nullopt;
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, event_, other->event_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return std::nullopt;
-    }
-    return static_cast<double>(ms) * kNsPerMs;
-  }
-
-  int device() const noexcept { return device_; }
-  cudaEvent_t event() const noexcept { return event_; }
-
- private:
-  Timing::Impl& impl_;
-  const int device_;
-  const cudaEvent_t event_;
+  Timing::Mode mode() const noexcept override { return Timing::Mode::off; }
+  void retired(Work& work) noexcept override { work.finish_timing(); }
 };
 
-}  // namespace
+// Markers' events (timed), per device, for reuse. Made (cheaply: no CUDA call) apart from the
+// timing's start, so that stamps can be taken before it (Timing::stamp).
+struct StampPool {
+  detail::RuntimeMutex mu;
+  std::unordered_map<int, std::vector<cudaEvent_t>> spare;
 
-detail::Ref<detail::Stamp> Timing::stamp(int device, cudaStream_t stream) {
-  // A timed CUDA event, whichever mode ends up in use (CUPTI's start may still be under way on
-  // the watcher: it is not needed here).
-  if (env_mode() == Mode::off) return nullptr;
-  Impl* impl_ = &shared_impl();
-  cudaEvent_t ev = nullptr;
-  {
-    std::lock_guard lock(impl_->mu);
-    auto& spare = impl_->spare_stamps[device];
-    if (!spare.empty()) {
-      ev = spare.back();
-      spare.pop_back();
-    }
+  cudaEvent_t take(int device) {
+    std::lock_guard lock(mu);
+    auto& s = spare[device];
+    if (s.empty()) return nullptr;
+    cudaEvent_t ev = s.back();
+    s.pop_back();
+    return ev;
   }
-  if (!ev) {
-    check(cudaEventCreate(&ev), "cudaEventCreate", "(a marker's event on cuda:" + std::to_string(device) + ")");
-  }
-  if (cudaError_t st = cudaEventRecord(ev, stream); st != cudaSuccess) {
-    impl_->give_stamp(device, ev);
-    check(st, "cudaEventRecord", "(a marker on cuda:" + std::to_string(device) + ")");
-  }
-  return detail::Ref<detail::Stamp>(new CudaStamp(*impl_, device, ev));
-}
-
-namespace {
-
-Timing::Impl::Anchor* calibrate(Timing& timing, Timing::Impl& impl, int device) {
-  // The anchor is an event put on CUPTI's clock. On a private stream held busy by a spinning
-  // kernel: a one-element kernel that CUPTI times, the event, another such kernel. Stream
-  // order puts the event after the first kernel's end and before the second's start, so it is
-  // placed halfway between them: off by half their gap at most (about half a microsecond),
-  // whatever the host's pace, since all three were queued while the stream was busy.
-  // (Bracketing one kernel by two events on an idle stream and splitting the time outside it
-  // evenly was wrong by half the difference between the host's launch, which falls before
-  // the kernel only, and the GPU's latency after it: markers read up to 13 µs early on an
-  // H200 once launches got cheaper.)
-  Timing::Impl::Anchor& a = impl.anchors[device];
-  DeviceScope scope(device, std::nothrow);
-  if (!scope.ok()) return nullptr;
-  if (!a.stream && cudaStreamCreateWithFlags(&a.stream, cudaStreamNonBlocking) != cudaSuccess) {
-    return nullptr;
-  }
-  if (!a.event && (cudaEventCreate(&a.event) != cudaSuccess || cudaEventCreate(&a.trial) != cudaSuccess ||
-                   cudaMalloc(&a.scratch, kCalibrationScratchBytes) != cudaSuccess)) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  auto* stamps = reinterpret_cast<unsigned long long*>(static_cast<char*>(a.scratch) + kCalibrationStampsOffset);
-  auto timeline = detail::make_ref<detail::Timeline>("cuda timing calibration");
-  std::optional<std::int64_t> best_gap;
-  std::int64_t best_anchor = 0;
-  bool ok = true;
-  for (int attempt = 0; ok && attempt < kCalibrationTries; ++attempt) {
-    Ref<Work> before = detail::make_ref<Work>(timeline, "calibration", detail::WorkKind::op);
-    Ref<Work> after = detail::make_ref<Work>(timeline, "calibration", detail::WorkKind::op);
-    auto timed_fill = [&](Work& probe) {
-      Timing::Scope scope(timing, probe, a.stream);
-      kernels::fill(a.scratch, 1, DType::f32, 0.0, a.stream);
-    };
+  void give(int device, cudaEvent_t ev) noexcept {
+    if (g_forked.load(std::memory_order_acquire)) return;  // the parent's event: left alone
+    std::lock_guard lock(mu);
     try {
-      kernels::spin(kCalibrationSpinNs, stamps, a.stream);
-      timed_fill(*before);
-      ok = cudaEventRecord(a.trial, a.stream) == cudaSuccess;
-      if (ok) timed_fill(*after);
+      spare[device].push_back(ev);
     } catch (...) {
-      ok = false;
+      cudaEventDestroy(ev);
     }
-    ok = cudaStreamSynchronize(a.stream) == cudaSuccess && ok;
-    Work* probes[] = {before.get(), after.get()};
-    timing.await_all(probes);  // retires them and flushes: CUPTI's records of the kernels
-    ok = ok && before->has_times() && after->has_times();
-    if (!ok) break;
-    const std::int64_t gap = after->start_ns() - before->end_ns();
-    if (gap >= 0 && (!best_gap || gap < *best_gap)) {
-      best_gap = gap;
-      best_anchor = before->end_ns() + gap / 2;
-      std::swap(a.event, a.trial);  // the event this attempt placed
-    }
-    if (best_gap && *best_gap <= kCalibrationGapNs) break;
   }
-  if (!ok || !best_gap) {
-    (void)cudaGetLastError();
-    a.cupti_ns = 0;
-    return nullptr;
-  }
-  a.cupti_ns = best_anchor;
-  a.made_host_ns = detail::host_now_ns();
-  return &a;
+};
+
+StampPool& stamp_pool() {
+  static StampPool* pool = new StampPool();  // never destroyed, as Timing
+  return *pool;
 }
 
-// CUPTI mode, under impl.calibration_mu: the device's anchor, measured now if it has none.
-Timing::Impl::Anchor* calibrated_anchor(Timing& timing, Timing::Impl& impl, int device) {
-  auto it = impl.anchors.find(device);
-  if (it != impl.anchors.end() && it->second.cupti_ns != 0) return &it->second;
-  return calibrate(timing, impl, device);
-}
-
-}  // namespace
-
-void Timing::time_marker(Work& work) {
-  if (g_forked.load(std::memory_order_acquire)) {
-    work.finish_timing();  // untimed in a forked child
-    return;
-  }
-  const auto* stamp = static_cast<const CudaStamp*>(work.stamp().get());
-  // Milliseconds from `from` to the marker's event; nullopt if CUDA cannot say.
-  auto elapsed_from = [&](cudaEvent_t from) -> std::optional<float> {
-    float ms = 0;
-    if (from && cudaEventElapsedTime(&ms, from, stamp->event()) == cudaSuccess) return ms;
-    (void)cudaGetLastError();
-    return std::nullopt;
-  };
-  std::optional<float> ms;
-  std::int64_t base = 0;
-  if (mode_ == Mode::off || !stamp) {
-    // no time
-  } else if (mode_ == Mode::events) {
-    std::lock_guard lock(impl_->mu);
-    ms = elapsed_from(impl_->reference_of(stamp->device()));
-  } else {
-    std::lock_guard lock(impl_->calibration_mu);
-    Impl::Anchor* anchor = calibrated_anchor(*this, *impl_, stamp->device());
-    if (anchor) ms = elapsed_from(anchor->event);
-    if (ms && std::abs(*ms) > kAnchorReachMs &&
-        detail::host_now_ns() - anchor->made_host_ns > kAnchorAgeNs) {
-      // Far from the anchor: float milliseconds lose precision; measure from a new one.
-      anchor = calibrate(*this, *impl_, stamp->device());
-      ms = anchor ? elapsed_from(anchor->event) : std::nullopt;
-    }
-    if (anchor) base = anchor->cupti_ns;
-  }
-  if (!ms) {
-    work.finish_timing();
-    return;
-  }
-  const std::int64_t ns = base + static_cast<std::int64_t>(static_cast<double>(*ms) * kNsPerMs);
-  work.set_times(ns, ns);
-}
-
-Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
-    : timing_(timing), work_(work), stream_(stream) {
-  if (timing_.mode_ == Mode::off) return;
-  Impl& impl = *timing_.impl_;
-  if (timing_.mode_ == Mode::cupti) {
-    // The op's entry is made when the scope closes, with the calls it made (none: no entry,
-    // and retired() finds it untimed).
-    previous_open_ = t_scope_open;
-    first_ = t_correlations.size();
-    t_scope_open = true;
-    impl.open_scopes.fetch_add(1);
-    return;
-  }
-  cudaEvent_t start = nullptr;
-  {
-    std::lock_guard lock(impl.mu);
-    id_ = impl.next_id++;
-    Impl::Entry& e = impl.entries[id_];
-    e.work = Ref<Work>(&work);
-    impl.ids[&work] = id_;
-    cudaGetDevice(&e.device);
-    impl.reference_of(e.device);
-    for (cudaEvent_t* ev : {&e.start, &e.end}) {
-      if (!impl.spare_events.empty()) {
-        *ev = impl.spare_events.back();
-        impl.spare_events.pop_back();
-      } else {
-        cudaEventCreate(ev);
-      }
-    }
-    start = e.start;
-  }
-  cudaEventRecord(start, stream_);
-}
-
-Timing::Scope::~Scope() {
-  if (timing_.mode_ == Mode::cupti) {
-    Impl& impl = *timing_.impl_;
-    if (t_correlations.size() > first_) {
-      impl.note(work_, std::span<const std::uint32_t>(t_correlations).subspan(first_));
-    }
-    t_correlations.resize(first_);
-    t_scope_open = previous_open_;
-    impl.open_scopes.fetch_sub(1);
-  } else if (timing_.mode_ == Mode::events) {
-    cudaEvent_t end = nullptr;
-    {
-      std::lock_guard lock(timing_.impl_->mu);
-      // find, not []: a destructor must not insert (allocate).
-      if (auto it = timing_.impl_->entries.find(id_); it != timing_.impl_->entries.end()) end = it->second.end;
-    }
-    if (end) cudaEventRecord(end, stream_);
-  }
-}
-
-void Timing::retired(Work& work) noexcept {
-  if (mode_ == Mode::off || g_forked.load(std::memory_order_acquire)) {
-    work.finish_timing();
-    return;
-  }
-  if (work.is_marker()) {
-    // Its time is read from its stamp when someone asks (await): measuring it may need a
-    // calibration, which is no work for the watcher.
-    retired_untimed(work);
-    return;
-  }
-  std::lock_guard lock(impl_->mu);
-  if (mode_ == Mode::cupti) impl_->fold_pending();  // its launches may not be folded yet
-  auto id = impl_->ids.find(&work);
-  if (id == impl_->ids.end()) {
-    retired_untimed(work);  // launched nothing timed (a wait)
-    return;
-  }
-  auto it = impl_->entries.find(id->second);
-  if (it == impl_->entries.end() || it->second.retired_epoch != 0) return;
-  Impl::Entry& e = it->second;
-  if (mode_ == Mode::events) {
-    // The work has finished, so its events have completed.
-    float start_ms = 0, end_ms = 0;
-    auto ref_it = impl_->reference.find(e.device);  // not []: nothing here may allocate
-    cudaEvent_t ref = ref_it == impl_->reference.end() ? nullptr : ref_it->second;
-    if (ref && cudaEventElapsedTime(&start_ms, ref, e.start) == cudaSuccess &&
-        cudaEventElapsedTime(&end_ms, ref, e.end) == cudaSuccess) {
-      work.merge_times(static_cast<std::int64_t>(start_ms * kNsPerMs),
-                       static_cast<std::int64_t>(end_ms * kNsPerMs));
-    }
-    for (cudaEvent_t ev : {e.start, e.end}) {
-      if (!ev) continue;
-      try {
-        impl_->spare_events.push_back(ev);
-      } catch (...) {
-        cudaEventDestroy(ev);  // out of memory: not kept for reuse
-      }
-    }
-    work.finish_timing();
-    impl_->ids.erase(&work);
-    impl_->entries.erase(it);
-    return;
-  }
-  e.retired_epoch = impl_->epoch;
-  impl_->retired_waiting.fetch_add(1, std::memory_order_relaxed);
-}
-
-namespace {
+std::atomic<Timing*> g_started{nullptr};  // Timing::if_started
 
 // A work's calls are noted when its launch ends (its timing scope closes), before its end is
 // published; Work::launched() says the launch has ended, and reading it orders this thread
@@ -801,18 +94,134 @@ void wait_launch_ended(const Work& work) noexcept {
 
 }  // namespace
 
-void Timing::await(Work& work) {
-  if (work.timing_known()) return;
-  if (work.is_marker()) {
-    time_marker(work);
+// --- CudaStamp -------------------------------------------------------------------------------
+
+CudaStamp::~CudaStamp() { stamp_pool().give(device_, event_); }
+
+std::optional<double> CudaStamp::ns_until(const detail::Stamp& later) const noexcept {
+  auto* other = dynamic_cast<const CudaStamp*>(&later);
+  if (!other || other->device_ != device_) return std::nullopt;
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, event_, other->event_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::nullopt;
+  }
+  return static_cast<double>(ms) * kNsPerMs;
+}
+
+std::optional<float> CudaStamp::ms_since(cudaEvent_t from) const noexcept {
+  float ms = 0;
+  if (from && cudaEventElapsedTime(&ms, from, event_) == cudaSuccess) return ms;
+  (void)cudaGetLastError();
+  return std::nullopt;
+}
+
+// --- Timing ----------------------------------------------------------------------------------
+
+void Timing::forget_after_fork() noexcept { g_forked.store(true, std::memory_order_release); }
+
+Timing& Timing::get() {
+  static Timing* t = [] {
+    auto* made = new Timing();  // never destroyed: CUPTI may call back during exit
+    g_started.store(made, std::memory_order_release);
+    return made;
+  }();
+  return *t;
+}
+
+Timing* Timing::if_started() noexcept { return g_started.load(std::memory_order_acquire); }
+
+Timing::Timing() : mode_(env_mode()) {
+  if (mode_ == Mode::cupti) {
+    impl_ = make_cupti_timing(why_not_cupti_);
+    if (!impl_) {
+      std::fprintf(stderr, "eventide: CUPTI is unavailable (%s): CUDA op times fall back to event "
+                           "pairs, which include launch gaps\n", why_not_cupti_.c_str());
+      mode_ = Mode::events;
+    }
+  }
+  if (mode_ == Mode::events) impl_ = make_event_timing();
+  if (mode_ == Mode::off) impl_ = std::make_unique<OffTiming>();
+}
+
+std::string Timing::describe(Mode mode, const std::string& why_not_cupti) {
+  switch (mode) {
+    case Mode::cupti: return "CUPTI activity records (each op's own kernels and copies)";
+    case Mode::events:
+      return "CUDA event pairs (include launch gaps" +
+             (why_not_cupti.empty() ? std::string(")") : "; CUPTI: " + why_not_cupti + ")");
+    case Mode::off: return "off (EVENTIDE_CUDA_TIMING=off)";
+  }
+  return "?";
+}
+
+std::string Timing::describe() const { return describe(mode_, why_not_cupti_); }
+
+std::string Timing::describe_without_waiting() {
+  if (Timing* t = if_started()) return t->describe();
+  std::string mode = describe(env_mode(), "");
+  if (env_mode() == Mode::cupti) mode += ", once CUPTI has started (with the device's first work, on a thread of eventide's)";
+  return mode;
+}
+
+detail::Ref<detail::Stamp> Timing::stamp(int device, cudaStream_t stream) {
+  // A timed CUDA event, whichever mode ends up in use (CUPTI's start may still be under way on
+  // the watcher: it is not needed here).
+  if (env_mode() == Mode::off) return nullptr;
+  StampPool& pool = stamp_pool();
+  cudaEvent_t ev = pool.take(device);
+  if (!ev) {
+    check(cudaEventCreate(&ev), "cudaEventCreate", "(a marker's event on cuda:" + std::to_string(device) + ")");
+  }
+  if (cudaError_t st = cudaEventRecord(ev, stream); st != cudaSuccess) {
+    pool.give(device, ev);
+    check(st, "cudaEventRecord", "(a marker on cuda:" + std::to_string(device) + ")");
+  }
+  return detail::Ref<detail::Stamp>(new CudaStamp(device, ev));
+}
+
+Timing::Scope::Scope(Timing& timing, Work& work, cudaStream_t stream)
+    : timing_(timing), work_(work), stream_(stream) {
+  timing_.impl_->open(state_, work_, stream_);
+}
+
+Timing::Scope::~Scope() { timing_.impl_->close(state_, work_, stream_); }
+
+void Timing::retired_untimed(Work& work) noexcept {
+  // As retired() finds such a work: a marker's time is read from its stamp; anything else has
+  // no time.
+  if (work.is_marker() && work.stamp()) return;
+  if (!work.timing_known()) work.finish_timing();
+}
+
+void Timing::retired(Work& work) noexcept {
+  if (g_forked.load(std::memory_order_acquire)) {
+    work.finish_timing();
     return;
   }
-  wait_launch_ended(work);
-  retired(work);  // finished (the caller waited for it), even if the watcher has not seen it yet
-  if (work.timing_known() || mode_ != Mode::cupti) return;
-  std::lock_guard flush_lock(impl_->flush_mu);
-  // (Another thread's flush may have covered it; a flush makes final what retired before it.)
-  while (!work.timing_known()) flush_locked();
+  if (work.is_marker() && mode_ != Mode::off) {
+    // Its time is read from its stamp when someone asks (await): measuring it may need a
+    // calibration, which is no work for the watcher.
+    retired_untimed(work);
+    return;
+  }
+  impl_->retired(work);
+}
+
+void Timing::time_marker(Work& work) {
+  const auto* stamp = static_cast<const CudaStamp*>(work.stamp().get());
+  std::optional<std::int64_t> ns;
+  if (stamp && !g_forked.load(std::memory_order_acquire)) ns = impl_->marker_ns(*this, *stamp);
+  if (!ns) {
+    work.finish_timing();  // no time (off, a forked child, or CUDA cannot say)
+    return;
+  }
+  work.set_times(*ns, *ns);
+}
+
+void Timing::await(Work& work) {
+  Work* one[] = {&work};
+  await_all(one);
 }
 
 void Timing::await_all(std::span<Work* const> works) {
@@ -824,69 +233,18 @@ void Timing::await_all(std::span<Work* const> works) {
       continue;
     }
     wait_launch_ended(*w);
-    retired(*w);  // finished, even if the watcher has not seen it yet
+    retired(*w);  // finished (the caller waited for it), even if the watcher has not seen it yet
     if (!w->timing_known()) unknown = true;
   }
-  if (!unknown || mode_ != Mode::cupti) return;
-  // Every one of them is retired now: a flush makes their times final.
-  std::lock_guard flush_lock(impl_->flush_mu);
-  for (Work* w : works) {
-    while (!w->timing_known()) flush_locked();
-  }
+  // Every one of them is retired now: the mode makes their times known.
+  if (unknown) impl_->flush_until_known(works);
 }
 
 std::int64_t Timing::to_host_ns(int device, std::int64_t device_ns) noexcept {
   if (g_forked.load(std::memory_order_acquire)) return device_ns;
-  switch (mode_) {
-    case Mode::cupti: {
-      const std::int64_t now = detail::host_now_ns();
-      std::lock_guard lock(impl_->mu);
-      if (impl_->cupti_offset_at == 0 || now - impl_->cupti_offset_at > kCalibrationAgeNs) {
-        // The narrowest of a few brackets: the least disturbed by preemption.
-        std::int64_t best_width = std::numeric_limits<std::int64_t>::max();
-        for (int i = 0; i < kClockBrackets; ++i) {
-          const std::int64_t before = detail::host_now_ns();
-          std::uint64_t cupti_now = 0;
-          if (cuptiGetTimestamp(&cupti_now) != CUPTI_SUCCESS) break;
-          const std::int64_t after = detail::host_now_ns();
-          if (after - before < best_width) {
-            best_width = after - before;
-            impl_->cupti_offset_ns = static_cast<std::int64_t>(cupti_now) - (before + (after - before) / 2);
-          }
-        }
-        impl_->cupti_offset_at = now;
-      }
-      return device_ns - impl_->cupti_offset_ns;
-    }
-    case Mode::events: {
-      std::lock_guard lock(impl_->mu);
-      auto it = impl_->reference_host_ns.find(device);
-      return it == impl_->reference_host_ns.end() ? device_ns : it->second + device_ns;
-    }
-    case Mode::off:
-      break;
-  }
-  return device_ns;
+  return impl_->to_host_ns(device, device_ns);
 }
 
-void Timing::maintain() {
-  if (mode_ != Mode::cupti) return;
-  if (impl_->retired_waiting.load(std::memory_order_relaxed) < kFlushWhenRetired) return;
-  std::unique_lock flush_lock(impl_->flush_mu, std::try_to_lock);
-  if (flush_lock.owns_lock()) flush_locked();
-}
-
-void Timing::flush_locked() {
-  std::uint64_t before;
-  {
-    std::lock_guard lock(impl_->mu);
-    before = ++impl_->epoch;
-  }
-  // Delivers every record of work that has finished; the buffers come back through
-  // buffer_completed, on this thread or CUPTI's.
-  cuptiActivityFlushAll(0);
-  std::lock_guard lock(impl_->mu);
-  impl_->finalize(before);
-}
+void Timing::maintain() { impl_->maintain(); }
 
 }  // namespace eventide::backends::cuda

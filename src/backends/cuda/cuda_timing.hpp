@@ -25,6 +25,10 @@
 // an offset measured once (cuptiGetTimestamp between two host_now_ns(), the narrowest of a
 // few tries), event pairs by the host time at which the reference event completed.
 //
+// Where the code is: each mode is a strategy of its own (cuda_timing_modes.hpp:
+// cuda_timing_cupti.cpp, cuda_timing_events.cpp); this facade (cuda_timing.cpp) chooses one
+// at its start and does what they share.
+//
 // Thread-safety: all members, from any thread.
 #pragma once
 
@@ -32,12 +36,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
 #include "core/work.hpp"
 
 namespace eventide::backends::cuda {
+
+class TimingMode;
 
 class Timing {
  public:
@@ -62,6 +69,15 @@ class Timing {
   // The text of `mode` (for events, with why CUPTI was not used, if it was tried).
   static std::string describe(Mode mode, const std::string& why_not_cupti);
 
+  // What a mode keeps between a Scope's opening and its closing.
+  struct ScopeState {
+    std::uint64_t id = 0;  // events mode: the op's entry
+    // CUPTI mode: whether a scope was open on this thread already, and where this one's
+    // correlation ids begin in the thread's list.
+    bool previous_open = false;
+    std::size_t first = 0;
+  };
+
   // Tags the CUDA work launched on this thread during its lifetime with `work`.
   class Scope {
    public:
@@ -74,11 +90,7 @@ class Timing {
     Timing& timing_;
     detail::Work& work_;
     cudaStream_t stream_;
-    std::uint64_t id_ = 0;  // events mode: the op's entry
-    // CUPTI mode: whether a scope was open on this thread already, and where this one's
-    // correlation ids begin in the thread's list.
-    bool previous_open_ = false;
-    std::size_t first_ = 0;
+    ScopeState state_;
   };
 
   // A marker at the current end of `stream` (on `device`, current): a timed CUDA event
@@ -107,16 +119,14 @@ class Timing {
   // (Static: it must not start the timing where it had not started.)
   static void forget_after_fork() noexcept;
 
-  struct Impl;  // the record keeping (cuda_timing.cpp), also reached by CUPTI's callbacks
-
  private:
-  void flush_locked();  // under impl_->flush_mu
   // A finished marker's time from its stamp, on the timeline's clock.
   void time_marker(detail::Work& work);
 
   Timing();
-  Impl* impl_;
+  std::unique_ptr<TimingMode> impl_;  // the mode's strategy
   Mode mode_;
+  std::string why_not_cupti_;  // why CUPTI is not in use, where it was tried
 };
 
 }  // namespace eventide::backends::cuda
