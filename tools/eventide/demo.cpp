@@ -27,6 +27,9 @@
 #include <thread>
 #include <vector>
 
+#include "08_custom_event.hpp"
+#include "09_multiple_ops_one_event.hpp"
+#include "10_user_event_gate.hpp"
 #include "cli.hpp"
 
 namespace ev = eventide;
@@ -66,6 +69,14 @@ __attribute__((format(printf, 1, 2))) void say(const char* fmt, ...) {
   std::printf("    %s\n", line.c_str());
 }
 
+// The examples' scenarios (examples/cpp/*.hpp) told as the demo's sections: their lines
+// indented, a broken promise this scenario's failure.
+class DemoNarrator final : public examples::Narrator {
+ public:
+  void say(const std::string& line) override { std::printf("    %s\n", line.c_str()); }
+  void check(bool kept, const std::string& promise) override { eventide::cli::check(kept, promise); }
+};
+
 // Times are printed in microseconds, the tutorial's unit for time_elapsed().
 std::string us(Micros t) {
   char buf[48];
@@ -84,13 +95,6 @@ std::string device_or_none(const std::optional<ev::Device>& d) {
 double gflops(std::int64_t n, Micros t) {
   double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
   return t.count() > 0 ? flops / (t.count() * 1e3) : 0.0;
-}
-
-// The CPU time the calling thread has used: how a waiter proves it did not spin.
-Micros thread_cpu_time() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return Micros(static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3);
 }
 
 // What the scenarios share: the device, and matrix sizes fitting it. `n` is the tutorial-sized
@@ -205,36 +209,11 @@ void wait_for_one_op(const Context& ctx) {
   say("checked against a dot product computed on the host");
 }
 
-// Tutorial point 2 (note): an event may be tied to several ops; it finishes when all have finished.
+// Tutorial point 2 (note): an event may be tied to several ops; it finishes when all have
+// finished (examples/cpp/09_multiple_ops_one_event.hpp).
 void one_event_several_ops(const Context& ctx) {
-  ev::Tensor a = ctx.randn(ctx.n);
-  ev::Tensor b = ctx.randn(ctx.n);
-  // Op 2 goes to a side stream held back by a gate, so that it is certainly still pending
-  // when op 1 is done (section 15 shows gates on their own).
-  ev::UserEvent gate(ctx.device);
-  ev::Stream side(ctx.device);
-  side.wait(gate);
-  ev::Tensor out1 = ev::matmul(a, b);
-  ev::Tensor out2;
-  {
-    ev::StreamGuard guard(side);
-    out2 = ev::matmul(b, a);
-  }
-  ev::Event e;
-  e.record(out1);
-  e.record(out2);
-  say("e.record(out1); e.record(out2) -> %s", e.str().c_str());
-  out1.wait();
-  say("op 1 done, op 2 held back    -> out1 ready %s, out2 ready %s, e.completed() = %s",
-      yes_no(out1.ready()), yes_no(out2.ready()), yes_no(e.completed()));
-  check(!e.completed(), "the event must wait for every op tied to it");
-  gate.set();
-  e.wait();
-  say("gate.set(); e.wait()         -> out2 ready %s, e.completed() = %s", yes_no(out2.ready()),
-      yes_no(e.completed()));
-  check(out2.ready() && e.completed(), "the event must finish once both ops have");
-  say("e.time_elapsed()             -> %s, from the start of op 1 to the end of op 2",
-      us(e.time_elapsed()).c_str());
+  DemoNarrator narrator;
+  examples::one_event_several_ops(narrator, ctx.device, ctx.n);
 }
 
 // Tutorial point 8: wait_all([event1, event2]) waits until every listed event has finished.
@@ -434,63 +413,10 @@ void completion_callback(const Context& ctx) {
   check(runtime_thread, "callbacks run on a thread of the runtime");
 }
 
-// Tutorial point 12: a user-written event class with set() and wait(), driven by a completion
-// callback. The tutorial's wait() spins (`while not completed: pass`); this one blocks.
-class MyEvent {
- public:
-  void set() {
-    std::lock_guard lock(mu_);
-    completed_ = true;
-    cv_.notify_all();
-  }
-  void wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [this] { return completed_; });  // sleeps in the kernel until set()
-  }
-  bool completed() {
-    std::lock_guard lock(mu_);
-    return completed_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool completed_ = false;
-};
-
-// Waits on anything with wait(): eventide events and user-written ones alike.
-template <class... Waitables>
-void wait_each(Waitables&... w) {
-  (w.wait(), ...);
-}
-
+// Tutorial point 12: an event class of one's own (examples/cpp/08_custom_event.hpp).
 void custom_event(const Context& ctx) {
-  ev::Tensor a = ctx.randn(ctx.big_n), b = ctx.randn(ctx.big_n);
-  ev::Tensor output = ev::matmul(a, b);
-  auto event = std::make_shared<MyEvent>();
-  output.add_completion_callback([event] { event->set(); });
-  say("output.add_completion_callback([event] { event->set(); })");
-  auto wall0 = Clock::now();
-  Micros cpu0 = thread_cpu_time();
-  event->wait();
-  Micros cpu = thread_cpu_time() - cpu0;
-  Micros wall = std::chrono::duration_cast<Micros>(Clock::now() - wall0);
-  say("event->wait() blocked %s and used %s of CPU (a busy-wait would use all of it)",
-      us(wall).c_str(), us(cpu).c_str());
-  check(output.ready(), "MyEvent must be set only once the op is done");
-  // Only meaningful when the wait was long enough to tell spinning from sleeping.
-  check(wall < Micros(2000) || cpu < wall / 2, "MyEvent::wait() must block, not spin");
-
-  // It mixes with eventide's own events wherever code only needs wait().
-  ev::Tensor output2 = ev::matmul(b, a);
-  auto event2 = std::make_shared<MyEvent>();
-  output2.add_completion_callback([event2] { event2->set(); });
-  ev::Event e;
-  e.record(output);
-  wait_each(e, *event2);
-  say("wait_each(eventide_event, my_event) -> both done: %s",
-      yes_no(e.completed() && event2->completed()));
-  check(output2.ready(), "wait_each must wait for the custom event too");
+  DemoNarrator narrator;
+  examples::custom_event(narrator, ctx.device, ctx.big_n);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -546,47 +472,10 @@ void wait_any_event(const Context& ctx) {
       yes_no(e_slow.completed() && e_fast.completed()));
 }
 
+// Beyond the tutorial: a UserEvent as a gate (examples/cpp/10_user_event_gate.hpp).
 void user_event_gate(const Context& ctx) {
-  ev::Tensor a = ctx.randn(ctx.n), b = ctx.randn(ctx.n);
-  ev::UserEvent go(ctx.device);
-  ev::Stream s(ctx.device);
-  s.wait(go);
-  ev::Tensor x, y;
-  auto t0 = Clock::now();
-  {
-    ev::StreamGuard guard(s);
-    x = ev::matmul(a, b);
-    y = ev::add(x, x);
-  }
-  say("s.wait(go); 2 ops on s       -> host not blocked: returned after %s",
-      us(Clock::now() - t0).c_str());
-  say("before go.set(): s.query() = %s, x ready %s, y ready %s", yes_no(s.query()),
-      yes_no(x.ready()), yes_no(y.ready()));
-  check(!x.ready() && !y.ready(), "ops behind an unset UserEvent must not run");
-  go.set();
-  s.synchronize();
-  say("go.set(); s.synchronize()    -> s.query() = %s, y ready %s", yes_no(s.query()),
-      yes_no(y.ready()));
-  check(y.ready(), "ops must run once the UserEvent is set");
-
-  // A failed UserEvent fails the work that waits on it instead of running it.
-  ev::UserEvent input(ctx.device);
-  ev::Stream s2(ctx.device);
-  s2.wait(input);
-  ev::Tensor z;
-  {
-    ev::StreamGuard guard(s2);
-    z = ev::matmul(a, b);
-  }
-  input.fail(std::make_exception_ptr(std::runtime_error("input file missing")));
-  try {
-    z.wait();
-    check(false, "an op gated on a failed UserEvent ran");
-  } catch (const ev::OpError& err) {
-    say("input.fail(...); z.wait()    -> OpError: %s", err.what());
-  }
-  say("and the stream is broken from then on: s2.error() set: %s", yes_no(s2.error() != nullptr));
-  check(s2.error() != nullptr, "a stream that waited on a failed event reports it");
+  DemoNarrator narrator;
+  examples::user_event_gate(narrator, ctx.device, ctx.n);
 }
 
 // A span of device time, in microseconds from a common origin.

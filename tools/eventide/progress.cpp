@@ -39,8 +39,15 @@ void Progress::start(std::size_t index, const std::string& name, const std::stri
   current_ = index;
   step_start_ = Clock::now();
   const std::size_t total = estimates_s_.size();
-  const std::string counter = "[" + std::to_string(index + 1) + "/" + std::to_string(total) + "]";
-  const std::string left = "~" + format_seconds(seconds_left()) + " left";
+  // Appended piece by piece: "[" + std::to_string(...) draws a false -Wrestrict from GCC 12.
+  std::string counter = "[";
+  counter += std::to_string(index + 1);
+  counter += '/';
+  counter += std::to_string(total);
+  counter += ']';
+  std::string left = "~";
+  left += format_seconds(seconds_left());
+  left += " left";
   if (terminal_) {
     constexpr std::size_t kWidth = 20;
     const std::size_t filled = total ? kWidth * index / total : 0;
