@@ -177,7 +177,8 @@ def main() -> int:
               if f in ("VERSION", "CMakeLists.txt", "LICENSE", "pyproject.toml", "setup.py",
                        "python/CMakeLists.txt", "tools/CMakeLists.txt")
               or f.startswith(("include/", "src/", "cmake/", "python/src/", "python/eventide/",
-                               "tools/eventide/", "bench/measure/"))]
+                               "tools/eventide/", "tools/measure/"))
+              or (f.startswith("examples/cpp/") and f.endswith(".hpp"))]
     missing = [f for f in needed if f not in inside]
     if not needed or missing:
         sys.exit(f"FAILED: the sdist lacks what its build needs: {missing or 'nothing was checked'}")

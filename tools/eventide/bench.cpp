@@ -1,4 +1,4 @@
-// `eventide bench`: the suite of bench/measure/ (each figure beside its anchor, measured in
+// `eventide bench`: the suite of tools/measure/ (each figure beside its anchor, measured in
 // this process, in this run) with a progress bar on stderr; then the table on stdout, and
 // bench.json, bench.md and bench.svg in --out (default ./eventide-bench). `--from FILE`
 // redraws bench.md and bench.svg from a bench.json instead of measuring.

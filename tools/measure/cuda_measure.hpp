@@ -1,4 +1,4 @@
-// bench/measure/cuda_measure.hpp: eventide on a GPU beside the raw CUDA calls it replaces,
+// tools/measure/cuda_measure.hpp: eventide on a GPU beside the raw CUDA calls it replaces,
 // measured in the same process: the host cost of events, how fast the host notices the end of
 // GPU work, how accurate op times are, and matmul throughput against cuBLASLt called directly
 // on the same memory. Built only with the CUDA backend (EVENTIDE_WITH_CUDA).

@@ -1,4 +1,4 @@
-// bench/measure/matmul_pairs.hpp: ev::matmul + Event::record + wait on the CPU, against a
+// tools/measure/matmul_pairs.hpp: ev::matmul + Event::record + wait on the CPU, against a
 // BLAS sgemm called directly on the same matrices by the same process: how much of the BLAS's
 // speed eventide keeps.
 //

@@ -1,4 +1,4 @@
-// bench/measure/measure.hpp: the timing helpers that every eventide benchmark shares (the
+// tools/measure/measure.hpp: the timing helpers that every eventide benchmark shares (the
 // benchmark binaries in bench/ and `eventide bench`), so that a figure means the same thing
 // wherever it is printed.
 //

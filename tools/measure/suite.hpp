@@ -1,4 +1,4 @@
-// bench/measure/suite.hpp: eventide's headline figures, each beside its anchor measured in the
+// tools/measure/suite.hpp: eventide's headline figures, each beside its anchor measured in the
 // same process, as a list of named benchmarks that a program runs one by one
 // (`eventide bench`, eventide_bench_cuda).
 //

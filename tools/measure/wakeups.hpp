@@ -1,4 +1,4 @@
-// bench/measure/wakeups.hpp: how long one thread takes to notice what another did, through
+// tools/measure/wakeups.hpp: how long one thread takes to notice what another did, through
 // eventide (UserEvent, callbacks, stream work) and through the standard primitives it
 // replaces (std::atomic wait/notify, std::condition_variable, spinning), measured the same way.
 //
