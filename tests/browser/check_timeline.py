@@ -1,5 +1,8 @@
 """The profiler's timeline page in a real browser: headless chromium runs its script and draws it.
 
+Over 600 lines on purpose: one program drives the browser for every page and check, so that
+chromium starts once per page rather than once per check.
+
 Runs two real workloads with the eventide package and writes the timeline page of each:
 
   - a small one: two streams of matmuls joined by an event wait, a host wait, a callback;

@@ -1,5 +1,7 @@
 // The CUDA backend, on a real GPU. Every test skips, saying why, where there is no GPU (CI);
 // scripts/gpu-check.sh runs them on the GPU machine.
+// One binary for the CUDA backend (the GPU machine runs it by name), hence the length: one
+// section per part of the backend.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

@@ -1,6 +1,7 @@
 // White-box tests of the runtime's primitives: Parker (src/core/parker.hpp) and Timeline
 // (src/core/timeline.hpp, listeners taken back included), plus the Work error helpers
 // (src/core/work.hpp), and kinds of event plugged into an EventState (src/core/event_kind.hpp).
+// Over 600 lines: one binary for the runtime's white-box tests, one section per primitive.
 #include <algorithm>
 #include <atomic>
 #include <chrono>

@@ -4,6 +4,9 @@
 //
 // The GPU tests skip where there is no CUDA device; on a GPU machine:
 //   ctest --test-dir build -R ipc --output-on-failure
+//
+// Over 600 lines: one binary for both processes' roles and every path (host, GPU, death of the
+// exporter, forged blocks), since the child is this binary itself.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>

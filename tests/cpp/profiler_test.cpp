@@ -3,6 +3,8 @@
 // stop(), no hang on work that never finishes), and that its exports are well formed: the
 // Chrome trace against the Trace Event Format's rules that viewers rely on, the timeline page
 // for what it must contain.
+// One component's tests in one binary (one file per component), hence the length: each
+// recorded kind and each export's rules has its own test.
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 

@@ -1,5 +1,7 @@
 // Tensor and the ops: results against naive references (matmul 2-D and batched, add, mul,
 // creation, random numbers), host transfers, readiness, completion callbacks, str().
+// One component's tests in one binary (one file per component), hence the length: every op
+// is checked against a reference of its own.
 #include <algorithm>
 #include <atomic>
 #include <cmath>

@@ -1,6 +1,8 @@
 """Every Python line of API.md, one promise at a time (CPU only).
 
 The snippet from API.md's Python section is quoted above each group of tests.
+
+Over 600 lines on purpose: it follows API.md's Python section line by line, in its order.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ Every other wait goes through ``call_with_timeout``.
 
 One profiler runs at a time per process, so a test that leaked one would break the next:
 every test here stops what it starts (a ``with`` block, or ``try/finally`` around ``stop()``).
+
+Over 600 lines: the profiler's whole Python surface in one file, one section per part (the
+context manager, the Profiler, each export), as its C++ tests are in one binary.
 """
 
 from __future__ import annotations

@@ -83,3 +83,27 @@ def test_the_tutorial_page_exists_and_the_readme_links_it():
 def test_the_demo_and_cli_say_tutorial(pattern):
     for f in (ROOT / "tools" / "eventide").glob("*.cpp"):
         assert pattern not in f.read_text(encoding="utf-8"), f
+
+
+SOURCE_SUFFIXES = (".cpp", ".hpp", ".cu", ".py", ".js")
+LONG_FILE_LINES = 600
+
+
+def test_a_source_file_over_600_lines_says_why_at_its_top():
+    # One concern per file: a longer one says in its first lines why it is kept whole.
+    try:
+        out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                             check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("not a git checkout: the tracked sources cannot be listed")
+    unexplained = []
+    for name in out.splitlines():
+        path = ROOT / name
+        if not name.endswith(SOURCE_SUFFIXES) or not path.is_file():
+            continue
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        if len(lines) > LONG_FILE_LINES and not any("600 lines" in line or "the length" in line
+                                                   for line in lines[:30]):
+            unexplained.append(f"{name} ({len(lines)} lines)")
+    assert not unexplained, ("split these, or say at their top why they are kept whole "
+                             f"(a line with '600 lines' or 'the length'): {unexplained}")

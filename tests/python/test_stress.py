@@ -1,5 +1,8 @@
 """A hypothesis state machine whose steps run on many threads at once (issue 10's stress suite).
 
+Over 600 lines on purpose: the state machine's steps, invariants and checkers must be read
+together, as one machine.
+
 test_stateful.py checks exact answers, one call at a time. This machine checks what must hold
 whatever the interleaving, while several things happen together:
 

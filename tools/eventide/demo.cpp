@@ -10,6 +10,10 @@
 // it holds work back with a UserEvent instead of relying on timing, so that the demo is
 // deterministic on any machine. Measured times are printed but only checked where the
 // margin is orders of magnitude wide.
+//
+// Over 600 lines on purpose: it is the demo's catalogue, one function per scenario in the
+// tutorial's order, read top to bottom like docs/TUTORIAL.md; the scenarios that have an
+// example program run that program's code (examples/cpp/*.hpp) instead of a copy.
 #include <time.h>
 
 #include <algorithm>
