@@ -325,9 +325,9 @@ void EventState::reset_to_empty() {
   status_.store(EventStatus::empty, std::memory_order_release);
 }
 
-void EventState::restart(const char* finish_first) {
+void EventState::restart(const char* finish_first, std::unique_lock<RuntimeMutex>& kind_lock) {
   Actions actions;
-  RunOnExit run_actions{*this, actions};
+  UnlockThenRun run_actions{*this, actions, kind_lock};
   std::lock_guard lock(mu_);
   refresh_locked(actions);
   if (status_.load(std::memory_order_relaxed) == EventStatus::pending) {

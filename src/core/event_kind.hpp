@@ -39,7 +39,8 @@ class EventKind {
 
   // Event reset(). By default the plain reset (EventState::reset_to_empty: StateError while
   // pending, else EMPTY). A kind whose reset starts its next round at once takes its own
-  // locks, then calls EventState::restart(), which calls begin_round_locked() below.
+  // lock, then calls EventState::restart() with it, which calls begin_round_locked() below
+  // and lets go of that lock before it wakes anyone.
   virtual void reset(EventState& event);
   // Under the event's lock, from EventState::restart(): makes the next round current and
   // returns its work, not finished, which the event is then tied to alone.

@@ -80,9 +80,11 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // The plain reset: StateError while pending (naming the event), else EMPTY.
   void reset_to_empty();
   // For a kind whose reset starts its next round at once (EventKind::reset), called with the
-  // kind's own locks held: StateError while pending ("...: <finish_first>"), else clears the
-  // event and ties it to kind().begin_round_locked()'s work alone, PENDING.
-  void restart(const char* finish_first);
+  // kind's own lock held in `kind_lock`: StateError while pending ("...: <finish_first>"),
+  // else clears the event and ties it to kind().begin_round_locked()'s work alone, PENDING.
+  // Lets go of `kind_lock` before it wakes waiters or hands callbacks over (also when it
+  // throws), so that none of that runs under the kind's lock.
+  void restart(const char* finish_first, std::unique_lock<RuntimeMutex>& kind_lock);
   // The event's kind; null for a plain event. Fixed for the state's life.
   EventKind* kind() const noexcept { return kind_.get(); }
   // Ids of callbacks, for remove_callback(): never 0, never reused within one event.
@@ -188,6 +190,16 @@ class EventState : public std::enable_shared_from_this<EventState> {
     EventState& event;
     Actions& actions;
     ~RunOnExit() { event.run(actions); }
+  };
+  // RunOnExit that first lets go of a kind's lock (restart).
+  struct UnlockThenRun {
+    EventState& event;
+    Actions& actions;
+    std::unique_lock<RuntimeMutex>& kind_lock;
+    ~UnlockThenRun() {
+      if (kind_lock.owns_lock()) kind_lock.unlock();
+      event.run(actions);
+    }
   };
 
   void fold_locked(const Ref<Work>& work);

@@ -12,15 +12,14 @@
 // However often installed, the steps run once per fork (the outermost call of each step acts).
 //
 // The steps run on the forking thread (the child's, in the child, its only thread), with no
-// runtime lock held; they never throw.
+// runtime lock held; they never throw. One fork runs the steps as they were set when its
+// prepare began (a part that sets its steps meanwhile takes part from the next fork on), so
+// that no stage runs a parent or child step without its prepare.
 #pragma once
 
 namespace eventide::detail {
 
 enum class ForkStage : unsigned {
-  // child: marks the process as a forked child, whose MPI and NCCL are the parent's
-  // (src/distributed/communicator.cpp).
-  distributed,
   // child: a new watcher thread for the imports made before the fork, once the runtime's
   // child step has put the runtime in order (src/ipc/watcher.cpp).
   ipc_watcher,
@@ -34,6 +33,10 @@ enum class ForkStage : unsigned {
   // when the exporter goes, not when its last child does; both: let go of the lock
   // (src/ipc/export.cpp).
   ipc_exports,
+  // child: marks the process as a forked child, whose MPI and NCCL are the parent's; first of
+  // the child steps, before the runtime's starts workers that may run a queued collective
+  // (src/distributed/process.cpp).
+  distributed,
   count
 };
 
@@ -43,8 +46,9 @@ struct ForkSteps {
   void (*child)() noexcept = nullptr;
 };
 
-// Sets the steps of `stage`, and installs the handler set if it is not yet. From any thread;
-// a fork racing with it runs the stage's old steps or its new ones.
+// Sets the steps of `stage` (once: a stage's first call sets them, later ones are ignored),
+// and installs the handler set if it is not yet. From any thread; a fork racing with it runs
+// all of the stage's steps or none.
 void set_fork_steps(ForkStage stage, ForkSteps steps) noexcept;
 
 // Registers the handler set with pthread_atfork (again): for a library loaded later whose own

@@ -28,9 +28,11 @@ void UserRounds::reset(EventState& event) {
   // A round's step: a host Work with no body, finished by finish_step(). Made first: out of
   // memory, the event is left as it was.
   Ref<Work> next = make_ref<Work>(timeline_, "set", WorkKind::host);
-  std::lock_guard round_lock(mu_);
+  std::unique_lock round_lock(mu_);
   next_ = std::move(next);
-  event.restart("set() or fail() it first");  // calls begin_round_locked() under its lock
+  // Calls begin_round_locked() under the event's lock; lets go of the round lock before it
+  // wakes anyone.
+  event.restart("set() or fail() it first", round_lock);
 }
 
 Ref<Work> UserRounds::begin_round_locked() noexcept {

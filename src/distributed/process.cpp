@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/fork.hpp"
+#include "core/parker.hpp"
 #include "core/runtime.hpp"
 #include "distributed/state.hpp"
 #include "eventide/distributed.hpp"

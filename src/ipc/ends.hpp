@@ -72,7 +72,7 @@ struct ExportState {
 
 // What an importer may do with the exporter's native event (the users word, gpu_path.hpp).
 enum class NativeUse {
-  counted,   // the count is raised: open it, wait on it, then release_native_use
+  counted,   // the count is raised: open it, wait on it, then lower it (Import::drop_native)
   finished,  // the work is over (the state is final): nothing to wait for on the GPU
   gone,      // the exporter destroys it before the work was over: cannot be waited for
 };

@@ -628,7 +628,9 @@ class TestKind final : public d::EventKind {
   void reset(d::EventState& event) override {
     ++resets;
     next = d::make_ref<d::Work>(timeline, "round", d::WorkKind::host);
-    event.restart("finish the round first");
+    std::unique_lock lock(mu);
+    event.restart("finish the round first", lock);
+    EXPECT_FALSE(lock.owns_lock()) << "restart keeps the kind's lock while it wakes waiters";
   }
   d::Ref<d::Work> begin_round_locked() noexcept override {
     next->set_seq(++seq);
@@ -639,6 +641,7 @@ class TestKind final : public d::EventKind {
   bool hidden_from_streams(const d::Work& w) const noexcept override { return &w == hidden.get(); }
   bool finished_only_by_handles() const noexcept override { return round && !round->done(); }
 
+  d::RuntimeMutex mu;
   d::Ref<d::Timeline> timeline = d::make_ref<d::Timeline>("test kind");
   d::Ref<d::Work> next, round, hidden;
   std::uint64_t seq = 0;

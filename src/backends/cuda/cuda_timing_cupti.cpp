@@ -254,7 +254,7 @@ struct Records {
   }
 };
 
-Records* g_impl = nullptr;  // for CUPTI's C callbacks
+std::atomic<Records*> g_impl{nullptr};  // for CUPTI's C callbacks (its buffer thread reads it)
 std::atomic<bool> g_records_wanted{false};  // CUPTI mode is in use: records are read
 
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
@@ -267,13 +267,14 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
                                std::size_t valid) {
   // Called by CUPTI (C): nothing may escape. A record that cannot be kept (out of memory)
   // is lost: its op's time is then partial or unknown, never wrong about completion.
-  if (g_impl && g_records_wanted.load(std::memory_order_acquire) && valid > 0) {
-    std::lock_guard lock(g_impl->mu);
-    g_impl->fold_pending();  // the ops launched so far own their records
+  Records* impl = g_impl.load(std::memory_order_acquire);
+  if (impl && g_records_wanted.load(std::memory_order_acquire) && valid > 0) {
+    std::lock_guard lock(impl->mu);
+    impl->fold_pending();  // the ops launched so far own their records
     CUpti_Activity* rec = nullptr;
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
       try {
-        g_impl->take(rec);
+        impl->take(rec);
       } catch (...) {
       }
     }
@@ -445,7 +446,7 @@ Records::Anchor* calibrated_anchor(Timing& timing, Records& impl, int device) {
 
 class CuptiTiming final : public TimingMode {
  public:
-  CuptiTiming() { g_impl = &r_; }
+  CuptiTiming() { g_impl.store(&r_, std::memory_order_release); }
 
   Timing::Mode mode() const noexcept override { return Timing::Mode::cupti; }
 
@@ -555,7 +556,7 @@ std::unique_ptr<TimingMode> make_cupti_timing(std::string& why_not) {
   auto mode = std::make_unique<CuptiTiming>();
   why_not = start_cupti();
   if (!why_not.empty()) {
-    g_impl = nullptr;
+    g_impl.store(nullptr, std::memory_order_release);
     return nullptr;
   }
   g_records_wanted.store(true, std::memory_order_release);

@@ -9,8 +9,9 @@
 //                                          ops measured from a reference event per device
 //   the off mode (cuda_timing.cpp)         no time
 //
-// Thread-safety: every member, from any thread (each mode has its own locks). Never called in
-// a forked child (the facade answers there).
+// Thread-safety: every member, from any thread (each mode has its own locks). In a forked
+// child the facade answers retired(), marker times and clocks itself; a Scope's open and
+// close and maintain() still reach the mode (no CUDA work is launched or retired there).
 #pragma once
 
 #include <cuda_runtime.h>
