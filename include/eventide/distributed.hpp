@@ -80,6 +80,13 @@ struct InitOptions {
   std::optional<Device> device;
 };
 
+// @code
+//   auto comm = ev::distributed::init();
+//   ev::Tensor g = ev::ones({1024}, ev::DType::f32, comm.device());
+//   ev::Tensor sum = comm.all_reduce(g);  // an op on the current stream: returns at once
+//   ev::Tensor avg = comm.all_reduce(g, ev::distributed::ReduceOp::avg);
+//   sum.wait();                           // every element is comm.size()
+// @endcode
 class Communicator {
  public:
   int rank() const;
@@ -148,6 +155,11 @@ class Communicator {
 // Blocks until every rank has called it. Later calls return the same communicator
 // (InvalidArgument if they ask for another device). StateError where this build has no MPI,
 // or after finalize(); DeviceError if MPI or NCCL fails.
+//
+// @code
+//   ev::distributed::Communicator comm = ev::distributed::init();  // under mpirun
+//   std::printf("%s\n", comm.str().c_str());  // Communicator(rank 0 of 2, cuda:0 nccl, cpu mpi)
+// @endcode
 Communicator init(InitOptions options = {});
 // Whether init() has made the process's communicator (and finalize() has not ended it).
 bool is_initialized() noexcept;
@@ -155,6 +167,14 @@ bool is_initialized() noexcept;
 // given (ncclCommInitAll; needs NCCL, not MPI). NCCL needs each of them driven by its own
 // host thread (one thread issuing collectives of several of them would wait on itself).
 // InvalidArgument for a device that is not a CUDA GPU, or one named twice.
+//
+// @code
+//   auto comms = ev::distributed::init_local({ev::Device::cuda(0), ev::Device::cuda(1)});
+//   std::vector<std::thread> threads;
+//   for (const auto& c : comms)  // a host thread each
+//     threads.emplace_back([c] { c.barrier().wait(); });
+//   for (auto& t : threads) t.join();
+// @endcode
 std::vector<Communicator> init_local(const std::vector<Device>& devices);
 // Ends the process's communicators (init()'s and init_local()'s): later collectives throw
 // StateError; waits (up to `timeout`) for the ones already issued, then tears down NCCL and
@@ -163,6 +183,11 @@ std::vector<Communicator> init_local(const std::vector<Device>& devices);
 // down under a running collective could hang or crash. A timeout beyond the clock's range
 // (nanoseconds::max()) is no limit. Called at process exit by itself (a 10 s wait), unless it
 // was called before; idempotent.
+//
+// @code
+//   if (!ev::distributed::finalize(std::chrono::seconds(30)))
+//     std::fprintf(stderr, "collectives still running: NCCL and MPI left as they are\n");
+// @endcode
 bool finalize(std::chrono::nanoseconds timeout = std::chrono::seconds(10));
 // What an exit step ends: the communicators (their collectives waited for, NCCL torn down),
 // or all (MPI too).

@@ -87,6 +87,13 @@ struct EventOptions {
   bool interprocess = false;
 };
 
+// @code
+//   ev::Tensor out = ev::matmul(ev::randn({512, 512}), ev::randn({512, 512}));
+//   ev::Event e;
+//   e.record(out);  // ties e to the matmul; returns at once
+//   e.wait();       // blocks until the matmul has finished
+//   double us = e.time_elapsed().count();
+// @endcode
 class Event {
  public:
   // An EMPTY event whose device is set by its first record.
@@ -231,6 +238,13 @@ class Event {
 };
 
 // An event finished by host code. Starts PENDING.
+//
+// @code
+//   ev::UserEvent go;
+//   ev::Stream s;
+//   s.wait(go);  // later work on s starts once go is set; never blocks
+//   go.set();    // or go.fail(std::make_exception_ptr(std::runtime_error("no input")))
+// @endcode
 class UserEvent : public Event {
  public:
   UserEvent();
@@ -292,6 +306,13 @@ class UserEvent : public Event {
 
 // Blocks until every event has finished. StateError if one is EMPTY; rethrows the first
 // failure in list order once all have finished.
+//
+// @code
+//   ev::Event e1, e2;
+//   e1.record(ev::matmul(a, b));
+//   e2.record(ev::matmul(c, d));
+//   ev::wait_all({e1, e2});  // returns once both have finished
+// @endcode
 void wait_all(std::span<const Event> events);
 void wait_all(std::initializer_list<Event> events);
 // Like wait_all, up to `timeout`: false if some event had not finished by then.
@@ -315,6 +336,11 @@ template <class Rep, class Period>
 // Blocks until one of `events` has finished (also if it failed: check its error()) and
 // returns its index, the lowest among those finished; nullopt on timeout. InvalidArgument for
 // an empty list, StateError if one of them is EMPTY.
+//
+// @code
+//   std::optional<std::size_t> first = ev::wait_any({e1, e2}, 20ms);
+//   if (first) std::printf("e%zu finished first\n", *first + 1);
+// @endcode
 [[nodiscard]] std::optional<std::size_t> wait_any(std::span<const Event> events,
                                     std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
 [[nodiscard]] std::optional<std::size_t> wait_any(std::initializer_list<Event> events,

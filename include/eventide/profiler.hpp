@@ -126,6 +126,12 @@ struct ProcessLabel {
 // environment, an MPI or NCCL init such as ev.distributed's init()), and again when a better
 // clock offset is measured. InvalidArgument for a rank below -1, a negative size, or a rank
 // not below a known size. Thread-safe; never blocks on device work.
+//
+// @code
+//   auto comm = ev::distributed::init();
+//   ev::set_process_label({.rank = comm.rank(), .size = comm.size(),
+//                          .clock_offset_ns = comm.clock_offset_ns()});
+// @endcode
 void set_process_label(ProcessLabel label);
 // The label set last (a default ProcessLabel if none was).
 ProcessLabel process_label();
@@ -138,6 +144,14 @@ struct TimelineOptions {
   std::string note;
 };
 
+// @code
+//   ev::Profile p = profiler.stop();
+//   std::printf("%s\n", p.str().c_str());  // <Profile: 2 ops on 2 streams, ...>
+//   for (const ev::ProfiledOp& op : p.ops())
+//     std::printf("%s on %s\n", op.name.c_str(), op.stream.c_str());
+//   p.export_chrome_trace("trace.json");  // https://ui.perfetto.dev, chrome://tracing
+//   p.export_timeline("timeline.html", {.title = "Two matmuls"});
+// @endcode
 class Profile {
  public:
   Profile() = default;
@@ -197,6 +211,11 @@ class Profile {
   ProcessLabel label_;
 };
 
+// @code
+//   ev::Profiler profiler;            // records from here...
+//   ev::Tensor out = ev::matmul(a, b);
+//   ev::Profile p = profiler.stop();  // ...to here (waits for out's device times)
+// @endcode
 class Profiler {
  public:
   // Starts recording. StateError if another profiler is running.

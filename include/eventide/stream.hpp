@@ -61,6 +61,14 @@ struct StreamOptions {
 // priority. InvalidArgument if the device is not available.
 [[nodiscard]] std::pair<int, int> stream_priority_range(Device device = default_device());
 
+// @code
+//   ev::Stream s(ev::Device::cpu());
+//   s.wait(gate);  // an Event or UserEvent: later work on s starts after it
+//   ev::Tensor t = ev::empty({1024}, ev::DType::f32, ev::Device::cpu());
+//   ev::Event done = s.enqueue("fill", [t] { std::fill_n(t.data<float>(), t.numel(), 1.0f); },
+//                              {}, {t});  // reads, writes
+//   done.wait();
+// @endcode
 class Stream {
  public:
   // A new stream on `device`. InvalidArgument if the device is not available.
@@ -82,6 +90,14 @@ class Stream {
   // twice gives the same Stream while it lives. Never destroys it: keep it alive while the
   // Stream (and work enqueued through it) is. InvalidArgument for the CPU, or if the native
   // stream belongs to another device.
+  //
+  // @code
+  //   cudaStream_t native;
+  //   cudaStreamCreate(&native);  // the user's own
+  //   ev::Stream s = ev::Stream::from_native(ev::Device::cuda(0), native);
+  //   ev::Event e;
+  //   e.record(s);  // covers every launch on `native` so far, by any code
+  // @endcode
   static Stream from_native(Device device, void* native_stream);
   // The same, on the device the native stream belongs to. InvalidArgument if no backend
   // knows it.
@@ -232,6 +248,14 @@ class SyncPoint {
 // Makes `stream` the calling thread's current stream for its device for the guard's scope,
 // then restores the previous one; record() of an event with no device uses the innermost
 // guard's device. Guards nest. Not movable: it belongs to one scope of one thread.
+//
+// @code
+//   ev::Stream s;
+//   {
+//     ev::StreamGuard guard(s);  // ops of s's device go to s...
+//     out = ev::matmul(a, b);
+//   }                            // ...until here
+// @endcode
 class StreamGuard {
  public:
   explicit StreamGuard(const Stream& stream);

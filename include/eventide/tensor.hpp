@@ -48,6 +48,12 @@ class TensorState;
 // collective (eventide/distributed.hpp), which refuses it.
 enum class Access { read_write, read_only };
 
+// @code
+//   ev::Tensor a = ev::randn({512, 512}), b = ev::randn({512, 512});
+//   ev::Tensor c = ev::matmul(a, b) + a;  // enqueued; returns at once
+//   if (!c.ready()) c.wait();             // rethrows the producer's error
+//   std::vector<float> host = c.to_vector<float>();
+// @endcode
 class Tensor {
  public:
   // An undefined tensor: defined() is false; any other use is an InvalidArgument.
@@ -139,6 +145,11 @@ class Tensor {
 // Creation. Shapes: every extent >= 0, at most 8 dimensions, else InvalidArgument.
 // rand: uniform in [0, 1); randn: standard normal; both floating dtypes only, drawn from
 // the device's generator (manual_seed), the same values on every device for the same seed.
+//
+// @code
+//   ev::Tensor z = ev::zeros({2, 3});  // f32 on the default device
+//   ev::Tensor r = ev::rand({2, 3}, ev::DType::f64, ev::Device::cpu());
+// @endcode
 Tensor empty(Shape shape, DType dtype = DType::f32, Device device = default_device());
 Tensor zeros(Shape shape, DType dtype = DType::f32, Device device = default_device());
 Tensor ones(Shape shape, DType dtype = DType::f32, Device device = default_device());
@@ -155,6 +166,11 @@ void check_shape(std::string_view op, const Shape& shape, DType dtype);
 
 // Copies `numel(shape)` elements from host memory at once (the caller may reuse `data` as
 // soon as this returns); the tensor is ready when the device's stream reaches the op.
+//
+// @code
+//   std::vector<float> v = {1, 2, 3, 4, 5, 6};
+//   ev::Tensor t = ev::from_host(v, {2, 3});  // v may be reused at once
+// @endcode
 Tensor from_host(const void* data, Shape shape, DType dtype, Device device = default_device());
 template <class T>
 Tensor from_host(const T* data, Shape shape, Device device = default_device()) {
@@ -183,14 +199,30 @@ struct ExternalMemory {
 // a marker placed there now, so every op that uses it, on any stream, waits for that work.
 // InvalidArgument for a shape check_shape refuses, a null pointer with a non-empty shape, or
 // a device that is not available.
+//
+// @code
+//   auto buf = std::make_shared<std::vector<float>>(1024);
+//   ev::ExternalMemory m{.data = buf->data(), .owner = buf};  // buf lives while t or its ops do
+//   ev::Tensor t = ev::from_external(m, {1024}, ev::DType::f32, ev::Device::cpu());  // no copy
+// @endcode
 Tensor from_external(ExternalMemory memory, Shape shape, DType dtype, Device device);
 Tensor from_external(ExternalMemory memory, Shape shape, DType dtype, const Stream& produced_on);
 
 // (m, k) @ (k, n) -> (m, n), or batched (b, m, k) @ (b, k, n) -> (b, m, n). Both on one
 // device, one dtype (f32 or f64 on the CPU).
+//
+// @code
+//   ev::Tensor c = ev::matmul(ev::randn({64, 32}), ev::randn({32, 16}));        // [64, 16]
+//   ev::Tensor d = ev::matmul(ev::randn({8, 64, 32}), ev::randn({8, 32, 16}));  // [8, 64, 16]
+// @endcode
 Tensor matmul(const Tensor& a, const Tensor& b);
 // Elementwise; same shape, dtype and device. div (true division) takes floating dtypes only:
 // InvalidArgument for integers, whose quotient is not an integer.
+//
+// @code
+//   ev::Tensor s = ev::add(a, b);  // the same as a + b
+//   ev::Tensor q = a / b;          // div: floating dtypes only
+// @endcode
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
@@ -211,6 +243,11 @@ inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 
 // Seeds the generator of `device` (every device if nullopt) for rand and randn.
+//
+// @code
+//   ev::manual_seed(42);
+//   ev::Tensor x = ev::randn({4});  // the same values on every run, on every device
+// @endcode
 void manual_seed(std::uint64_t seed);
 void manual_seed(std::uint64_t seed, Device device);
 
