@@ -43,9 +43,10 @@ class TensorState;
 }
 
 // Whether holders of a tensor's memory may write it. eventide's ops write only the new tensors
-// they return, never their inputs, so read-only memory is an input like any other; what must
-// not happen is that it is handed on as writable (DLPack export) or given as the `out` of a
-// collective (eventide/distributed.hpp), which refuses it.
+// they return and the `out` they are given, never their inputs, so read-only memory is an
+// input like any other; what must not happen is that it is handed on as writable (DLPack
+// export) or given as an `out` (of an op's _out form, of copy_, of a collective:
+// eventide/distributed.hpp), which is refused.
 enum class Access { read_write, read_only };
 
 // @code
@@ -106,6 +107,17 @@ class Tensor {
   // A copy on `device`, made asynchronously on the current stream of the source device.
   // The same tensor when it is already there.
   Tensor to(Device device) const;
+  // Copies `src` (of this tensor's shape and dtype, on any device) into this tensor, in place,
+  // asynchronously: ordered after what wrote `src` and after what used this tensor before, on
+  // any stream, as to() orders its copy. Returns *this. InvalidArgument if the shapes or
+  // dtypes differ or this tensor's memory is read-only; a tensor copied into itself is left
+  // as it is.
+  //
+  // @code
+  //   ev::Tensor x = ev::zeros({4});
+  //   x.copy_(ev::from_host(std::vector<float>{1, 2, 3, 4}, {4}));  // new values, same memory
+  // @endcode
+  Tensor& copy_(const Tensor& src);
 
   // The tensor's memory: host memory on the CPU, a device pointer on a GPU (for kernels
   // launched through Stream::enqueue). No ordering is implied: use it in work ordered after
@@ -237,6 +249,34 @@ Tensor div(const Tensor& a, const Tensor& b);
 //   Tensor back = eventide::cast(half, DType::f32);
 // @endcode
 Tensor cast(const Tensor& t, DType dtype);
+
+// The ops into a tensor that exists: each writes its result into `out` and returns it, with
+// no allocation, asynchronously on the current stream of out's device, in stream order after
+// what used `out` before (any stream). `out` has the result's shape, dtype and device, else
+// InvalidArgument naming what differs. An elementwise op (and cast to the same dtype) may
+// write one of its inputs (add_out(x, x, y): x += y); matmul may not (InvalidArgument: its
+// inputs are read while its output is written). This is how a tensor is updated in place,
+// between the replays of a graph among others (ATen's `_out` forms).
+//
+// @code
+//   ev::Tensor x = ev::zeros({256}), one = ev::ones({256});
+//   for (int i = 0; i < 10; ++i) ev::add_out(x, x, one);  // x += 1, in place
+//   ev::zeros_out(x);                                     // x = 0 again, same memory
+// @endcode
+Tensor matmul_out(const Tensor& out, const Tensor& a, const Tensor& b);
+Tensor add_out(const Tensor& out, const Tensor& a, const Tensor& b);
+Tensor sub_out(const Tensor& out, const Tensor& a, const Tensor& b);
+Tensor mul_out(const Tensor& out, const Tensor& a, const Tensor& b);
+Tensor div_out(const Tensor& out, const Tensor& a, const Tensor& b);
+// cast into out's dtype.
+Tensor cast_out(const Tensor& out, const Tensor& t);
+// The creation functions into `out` (its shape, dtype and device).
+Tensor full_out(const Tensor& out, double value);
+Tensor zeros_out(const Tensor& out);
+Tensor ones_out(const Tensor& out);
+Tensor rand_out(const Tensor& out);
+Tensor randn_out(const Tensor& out);
+
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }

@@ -14,6 +14,7 @@ using std::chrono::nanoseconds;
 namespace {
 
 using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+using BinaryOutFn = Tensor (*)(const Tensor&, const Tensor&, const Tensor&);
 
 bool is_scalar(const py::handle& obj) {
   if (PyBool_Check(obj.ptr()) || PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr())) return true;
@@ -89,7 +90,8 @@ Tensor scalar_like(const Tensor& like, const py::handle& value, const std::strin
 }
 
 // a <op> b where either may be a number (not both): an elementwise op on the current stream.
-Tensor elementwise(BinaryFn fn, const char* op, const py::object& a, const py::object& b) {
+template <class Fn>
+Tensor elementwise(Fn&& fn, const char* op, const py::object& a, const py::object& b) {
   const bool ta = py::isinstance<Tensor>(a), tb = py::isinstance<Tensor>(b);
   sync_current_streams();
   if (ta && tb) return fn(a.cast<const Tensor&>(), b.cast<const Tensor&>());
@@ -117,16 +119,56 @@ py::object operator_form(BinaryFn fn, const char* op, const py::object& self, co
   return py::cast(reflected ? elementwise(fn, op, other, self) : elementwise(fn, op, self, other));
 }
 
-Tensor py_matmul(const py::object& a, const py::object& b) {
+// The `out=` of an op: None, or the eventide.Tensor to write.
+const Tensor* out_operand(const py::object& out, const std::string& op) {
+  if (out.is_none()) return nullptr;
+  if (!py::isinstance<Tensor>(out)) {
+    throw py::type_error(op + ": out must be an eventide.Tensor to write the result into, got a " +
+                         py::str(py::type::handle_of(out).attr("__qualname__")).cast<std::string>());
+  }
+  return &out.cast<const Tensor&>();
+}
+
+Tensor py_matmul(const py::object& a, const py::object& b, const py::object& out) {
   const Tensor& x = tensor_operand(a, "matmul", "a");
   const Tensor& y = tensor_operand(b, "matmul", "b");
+  const Tensor* o = out_operand(out, "matmul");
   sync_current_streams();
-  return eventide::matmul(x, y);
+  return o ? eventide::matmul_out(*o, x, y) : eventide::matmul(x, y);
 }
 Tensor py_cast(const Tensor& t, const py::object& dtype) {
   if (dtype.is_none()) throw InvalidArgument("cast: dtype must be a dtype, got None");
   sync_current_streams();
   return eventide::cast(t, to_dtype(dtype));
+}
+// ev.cast(t, dtype, out=None): with out, dtype may be left out (out's), or must be out's.
+Tensor py_cast_fn(const Tensor& t, const py::object& dtype, const py::object& out) {
+  const Tensor* o = out_operand(out, "cast");
+  if (!o) return py_cast(t, dtype);
+  if (!dtype.is_none() && to_dtype(dtype) != o->dtype()) {
+    throw InvalidArgument(std::string("cast: dtype ") + py_name(to_dtype(dtype)) + " is not out's (" + py_name(o->dtype()) +
+                          "): leave dtype out, or give an out of that dtype");
+  }
+  sync_current_streams();
+  return eventide::cast_out(*o, t);
+}
+
+// A creation function's `out=`: its shape (if given), dtype and device (if given) must be
+// out's.
+void check_creation_out(const char* op, const Tensor& o, const Shape* shape, const py::object& dtype,
+                        const py::object& device) {
+  if (shape && *shape != o.shape()) {
+    throw InvalidArgument(std::string(op) + ": the shape " + to_string(*shape) + " is not out's (" +
+                          to_string(o.shape()) + "): leave the shape out, or give an out of that shape");
+  }
+  if (!dtype.is_none() && to_dtype(dtype) != o.dtype()) {
+    throw InvalidArgument(std::string(op) + ": dtype " + std::string(py_name(to_dtype(dtype))) + " is not out's (" +
+                          py_name(o.dtype()) + ")");
+  }
+  if (!device.is_none() && device_or_default(device) != o.device()) {
+    throw InvalidArgument(std::string(op) + ": device " + device_or_default(device).str() + " is not out's (" +
+                          o.device().str() + ")");
+  }
 }
 
 
@@ -306,6 +348,16 @@ void bind_tensors(py::module_& m) {
            },
            "device"_a, "A copy on `device` (the same tensor if it is there already), "
            "asynchronous.")
+      .def("copy_",
+           [](const py::object& self, const py::object& src) {
+             const Tensor& from = tensor_operand(src, "copy_", "src");
+             sync_current_streams();
+             self.cast<Tensor&>().copy_(from);
+             return self;
+           },
+           "src"_a,
+           "Copies src (of this tensor's shape and dtype, on any device) into this tensor, in place "
+           "and asynchronously; returns this tensor.")
       .def("astype", &py_cast, "dtype"_a,
            "A copy with the elements converted to `dtype` (between float32, float64, float16 and "
            "bfloat16, rounded to nearest even), on the tensor's device, asynchronous: e.g. "
@@ -328,7 +380,7 @@ void bind_tensors(py::module_& m) {
              if (!py::isinstance<Tensor>(other) && !array_like(other)) {
                return py::reinterpret_borrow<py::object>(Py_NotImplemented);
              }
-             return py::cast(py_matmul(self, other));
+             return py::cast(py_matmul(self, other, py::none()));
            }, "other"_a)
       .def("__add__", [](const py::object& t, const py::object& o) { return operator_form(&eventide::add, "add", t, o, false); }, "other"_a)
       .def("__radd__", [](const py::object& t, const py::object& o) { return operator_form(&eventide::add, "add", t, o, true); }, "other"_a)
@@ -356,48 +408,91 @@ void bind_tensors(py::module_& m) {
            })
       .def("__repr__", &tensor_repr);
 
-  auto creation = [&m](const char* name, Tensor (*fn)(Shape, DType, Device), const char* doc) {
+  // out=: the values written into that tensor, in place (empty has no values to write).
+  using OutFn = Tensor (*)(const Tensor&);
+  auto creation = [&m](const char* name, Tensor (*fn)(Shape, DType, Device), OutFn out_fn, const char* doc) {
     m.def(name,
-          [fn, name](const py::args& shape, const py::object& dtype, const py::object& device) {
+          [fn, out_fn, name](const py::args& shape, const py::object& dtype, const py::object& device,
+                             const py::object& out) -> py::object {
+            const Tensor* o = out_fn ? out_operand(out, name) : nullptr;
+            if (!out_fn && !out.is_none()) {
+              throw InvalidArgument(std::string(name) + ": has no out= (an empty tensor has no values to write)");
+            }
+            if (o) {
+              const Shape given = to_shape(shape, name);
+              check_creation_out(name, *o, shape.empty() ? nullptr : &given, dtype, device);
+              sync_current_streams();
+              out_fn(*o);
+              return out;
+            }
             sync_current_streams();
-            return fn(to_shape(shape, name), to_dtype(dtype), device_or_default(device));
+            return py::cast(fn(to_shape(shape, name), to_dtype(dtype), device_or_default(device)));
           },
-          "dtype"_a = py::none(), "device"_a = py::none(), doc);
+          "dtype"_a = py::none(), "device"_a = py::none(), "out"_a = py::none(), doc);
   };
-  creation("empty", &eventide::empty, "An uninitialized tensor: empty(2, 3) or empty((2, 3)).");
-  creation("zeros", &eventide::zeros, "A tensor of zeros.");
-  creation("ones", &eventide::ones, "A tensor of ones.");
-  creation("rand", &eventide::rand, "Uniform random numbers in [0, 1).");
-  creation("randn", &eventide::randn, "Standard normal random numbers.");
+  creation("empty", &eventide::empty, nullptr, "An uninitialized tensor: empty(2, 3) or empty((2, 3)).");
+  creation("zeros", &eventide::zeros, &eventide::zeros_out, "A tensor of zeros (out=t: t set to zeros, in place).");
+  creation("ones", &eventide::ones, &eventide::ones_out, "A tensor of ones (out=t: in place).");
+  creation("rand", &eventide::rand, &eventide::rand_out, "Uniform random numbers in [0, 1) (out=t: in place).");
+  creation("randn", &eventide::randn, &eventide::randn_out, "Standard normal random numbers (out=t: in place).");
   m.def("full",
-        [](const py::object& shape, double value, const py::object& dtype, const py::object& device) {
+        [](const py::object& shape, double value, const py::object& dtype, const py::object& device,
+           const py::object& out) -> py::object {
           if (PyLong_Check(dtype.ptr()) || PyFloat_Check(dtype.ptr())) {
             throw InvalidArgument("full: the dtype is " + py::repr(dtype).cast<std::string>() +
                                   ", a number: full takes the shape as one argument, then the value: "
                                   "ev.full((2, 2), 3.0), not ev.full(2, 2, 3.0)");
           }
+          const Shape given = to_shape(py::make_tuple(shape), "full");
+          if (const Tensor* o = out_operand(out, "full")) {
+            check_creation_out("full", *o, &given, dtype, device);
+            sync_current_streams();
+            eventide::full_out(*o, value);
+            return out;
+          }
           sync_current_streams();
-          return eventide::full(to_shape(py::make_tuple(shape), "full"), value, to_dtype(dtype),
-                                device_or_default(device));
+          return py::cast(eventide::full(given, value, to_dtype(dtype), device_or_default(device)));
         },
-        "shape"_a, "fill_value"_a, "dtype"_a = py::none(), "device"_a = py::none());
+        "shape"_a, "fill_value"_a, "dtype"_a = py::none(), "device"_a = py::none(), py::kw_only(),
+        "out"_a = py::none());
   m.def("tensor", &tensor_from_data, "data"_a, "dtype"_a = py::none(), "device"_a = py::none(),
         "A copy of `data` (a list, a NumPy array, anything np.asarray takes) on the device.");
   m.def("from_numpy", &from_numpy, "array"_a, "device"_a = py::none(),
         "A tensor on the array's memory (no copy on cpu where the layout allows; the array is kept "
         "alive), else a copy.");
   m.def("from_dlpack", &from_dlpack, "x"_a, "A tensor sharing the memory of a DLPack producer.");
-  m.def("matmul", &py_matmul, "a"_a, "b"_a, "a @ b; asynchronous, on the current stream.");
-  auto elementwise_fn = [&m](const char* name, BinaryFn fn, const char* doc) {
-    m.def(name, [fn, name](const py::object& a, const py::object& b) { return elementwise(fn, name, a, b); },
-          "a"_a, "b"_a, doc);
+  m.def("matmul",
+        [](const py::object& a, const py::object& b, const py::object& out) -> py::object {
+          Tensor r = py_matmul(a, b, out);
+          return out.is_none() ? py::cast(std::move(r)) : out;
+        },
+        "a"_a, "b"_a, py::kw_only(), "out"_a = py::none(),
+        "a @ b; asynchronous, on the current stream (out=t: written into t, which is not a or b).");
+  auto elementwise_fn = [&m](const char* name, BinaryFn fn, BinaryOutFn out_fn, const char* doc) {
+    m.def(name,
+          [fn, out_fn, name](const py::object& a, const py::object& b, const py::object& out) -> py::object {
+            const Tensor* o = out_operand(out, name);
+            if (!o) return py::cast(elementwise(fn, name, a, b));
+            elementwise([o, out_fn](const Tensor& x, const Tensor& y) { return out_fn(*o, x, y); }, name, a, b);
+            return out;  // the out object itself, as PyTorch returns it
+          },
+          "a"_a, "b"_a, py::kw_only(), "out"_a = py::none(), doc);
   };
-  elementwise_fn("add", &eventide::add, "a + b, elementwise (tensors of one shape, dtype and device, or a tensor and a number).");
-  elementwise_fn("sub", &eventide::sub, "a - b, elementwise (as add).");
-  elementwise_fn("mul", &eventide::mul, "a * b, elementwise (as add).");
-  elementwise_fn("div", &eventide::div, "a / b, elementwise true division, of floating tensors (as add).");
-  m.def("cast", &py_cast, "tensor"_a, "dtype"_a,
-        "tensor.astype(dtype): a copy converted to a floating dtype, on the tensor's device.");
+  elementwise_fn("add", &eventide::add, &eventide::add_out,
+                 "a + b, elementwise (tensors of one shape, dtype and device, or a tensor and a number); "
+                 "out=t writes it into t, which may be a or b (ev.add(x, y, out=x): x += y).");
+  elementwise_fn("sub", &eventide::sub, &eventide::sub_out, "a - b, elementwise (as add).");
+  elementwise_fn("mul", &eventide::mul, &eventide::mul_out, "a * b, elementwise (as add).");
+  elementwise_fn("div", &eventide::div, &eventide::div_out,
+                 "a / b, elementwise true division, of floating tensors (as add).");
+  m.def("cast",
+        [](const Tensor& t, const py::object& dtype, const py::object& out) -> py::object {
+          Tensor r = py_cast_fn(t, dtype, out);
+          return out.is_none() ? py::cast(std::move(r)) : out;
+        },
+        "tensor"_a, "dtype"_a = py::none(), py::kw_only(), "out"_a = py::none(),
+        "tensor.astype(dtype): a copy converted to a floating dtype, on the tensor's device (out=t: "
+        "written into t, of that dtype).");
   m.def("manual_seed", [](std::uint64_t seed, const py::object& device) {
     auto d = to_device(device);
     d ? eventide::manual_seed(seed, *d) : eventide::manual_seed(seed);

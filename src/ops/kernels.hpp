@@ -118,19 +118,26 @@ std::span<const KernelsEntry> compiled_kernels() noexcept;
 Kernels& kernels(detail::DeviceContext& ctx);
 
 // Launches op `name` on `s`: it reads `reads`, writes `writes` (their hazards order it, and
-// their memory is kept until it has run) and runs `body`. Returns its Work.
+// their memory is kept until it has run) and runs `body`. Returns its Work. `overwrites`: the
+// op writes its `writes` whole over what was there (an _out form, copy_), so their earlier
+// writer orders it without its failure becoming the op's (LaunchOptions::overwrites).
 Ref<detail::Work> launch(StreamState& s, const char* name, std::span<TensorState* const> reads,
-                         std::span<TensorState* const> writes, Body body);
+                         std::span<TensorState* const> writes, Body body, bool overwrites = false);
 inline Ref<detail::Work> launch(StreamState& s, const char* name,
                                 std::initializer_list<TensorState*> reads,
-                                std::initializer_list<TensorState*> writes, Body body) {
+                                std::initializer_list<TensorState*> writes, Body body,
+                                bool overwrites = false) {
   return launch(s, name, std::span<TensorState* const>(reads.begin(), reads.size()),
-                std::span<TensorState* const>(writes.begin(), writes.size()), std::move(body));
+                std::span<TensorState* const>(writes.begin(), writes.size()), std::move(body),
+                overwrites);
 }
 
 // A copy of `src` on `to` (another device), asynchronous and ordered after src's producer,
 // made by the backends of the two devices (ops/transfer.cpp says how). InvalidArgument if
 // `to` is not available.
 std::shared_ptr<TensorState> transfer(TensorState& src, Device to);
+// The same copy into `dst`, a tensor of src's shape and dtype that exists (on any device, src's
+// too): Tensor::copy_.
+void transfer_into(TensorState& src, TensorState& dst);
 
 }  // namespace eventide::ops

@@ -42,9 +42,10 @@ Kernels& kernels(detail::DeviceContext& ctx) {
 }
 
 Ref<detail::Work> launch(StreamState& s, const char* name, std::span<TensorState* const> reads,
-                         std::span<TensorState* const> writes, Body body) {
+                         std::span<TensorState* const> writes, Body body, bool overwrites) {
   detail::LaunchOptions options;
   options.keep = std::move(body.keep);
+  options.overwrites = overwrites;
   return s.launch(body.name ? body.name : name, reads, writes, std::move(body.run), options);
 }
 
@@ -124,6 +125,45 @@ void check_same(const char* op, const TensorState& a, const TensorState& b) {
   }
 }
 
+// An _out form's `out`: defined, writable, of the result's shape, dtype and device.
+TensorState& check_out(const char* op, const Tensor& out, const Shape& shape, DType dtype, Device device) {
+  TensorState& o = check_defined(out, op, "out");
+  const std::string who = std::string(op) + "_out: ";
+  if (o.shape != shape) {
+    throw InvalidArgument(who + "out has shape " + to_string(o.shape) + ", the result has shape " +
+                          to_string(shape) + ": give an out of the result's shape");
+  }
+  if (o.dtype != dtype) {
+    throw InvalidArgument(who + "out is " + std::string(name(o.dtype)) + ", the result is " +
+                          std::string(name(dtype)) + ": give an out of the result's dtype" +
+                          (std::string_view(op) == "cast" ? "" : " (or cast the inputs first)"));
+  }
+  if (o.device != device) {
+    throw InvalidArgument(who + "out is on " + o.device.str() + ", the op runs on " + device.str() +
+                          ": give an out on " + device.str() + ", or copy the result with out.copy_()");
+  }
+  if (o.storage->access() == Access::read_only) {
+    throw InvalidArgument(who + "out is read-only memory (lent as read-only by another library)");
+  }
+  return o;
+}
+
+// Where an op writes: a new tensor of `shape` and `dtype` on t's device, or `out` (checked).
+struct Output {
+  std::shared_ptr<TensorState> made;  // null when writing `out`
+  TensorState* state;
+  bool overwrites;  // an existing tensor, written whole
+};
+Output output(const char* op, Target& t, const Tensor* out, Shape shape, DType dtype) {
+  if (!out) {
+    auto made = new_tensor(t, std::move(shape), dtype);
+    TensorState* state = made.get();
+    return Output{std::move(made), state, false};
+  }
+  return Output{nullptr, &check_out(op, *out, shape, dtype, t.ctx.device()), true};
+}
+Tensor result_of(Output& o, const Tensor* out) { return out ? *out : Tensor(std::move(o.made)); }
+
 template <class Enqueue>
 Tensor create(const char* op, Shape shape, DType dtype, Device device, Enqueue&& enqueue) {
   check_shape(op, shape, dtype);
@@ -133,17 +173,34 @@ Tensor create(const char* op, Shape shape, DType dtype, Device device, Enqueue&&
   return Tensor(std::move(out));
 }
 
-Tensor random(const char* op, Shape shape, DType dtype, Device device, ops::RandomKind kind) {
+void check_random_dtype(const char* op, DType dtype) {
   if (!is_floating(dtype)) {
     throw InvalidArgument(std::string(op) + ": needs a floating dtype, got " +
                           std::string(name(dtype)));
   }
-  return create(op, std::move(shape), dtype, device, [&](Target& t, TensorState& out) {
-    ops::launch(*t.stream, op, {}, {&out},
-                t.kernels.random(*t.stream, out, kind, [&t](std::uint64_t blocks) {
-                  return t.ctx.reserve_random(blocks);
-                }));
-  });
+}
+
+void launch_random(const char* op, Target& t, TensorState& out, ops::RandomKind kind, bool overwrites) {
+  ops::launch(*t.stream, op, {}, {&out},
+              t.kernels.random(*t.stream, out, kind,
+                               [&t](std::uint64_t blocks) { return t.ctx.reserve_random(blocks); }),
+              overwrites);
+}
+
+Tensor random(const char* op, Shape shape, DType dtype, Device device, ops::RandomKind kind) {
+  check_random_dtype(op, dtype);
+  return create(op, std::move(shape), dtype, device,
+                [&](Target& t, TensorState& out) { launch_random(op, t, out, kind, false); });
+}
+
+// A creation function into `out`: its shape, dtype and device.
+template <class Enqueue>
+Tensor create_into(const char* op, const Tensor& out, Enqueue&& enqueue) {
+  TensorState& o = check_defined(out, op, "out");
+  Target t = target(o.device);
+  check_out(op, out, o.shape, o.dtype, o.device);
+  enqueue(t, o);
+  return out;
 }
 
 }  // namespace
@@ -202,6 +259,24 @@ Tensor full(Shape shape, double value, DType dtype, Device device) {
   return filled("full", std::move(shape), value, dtype, device);
 }
 
+namespace {
+Tensor filled_out(const char* op, const Tensor& out, double value) {
+  return create_into(op, out, [value](Target& t, TensorState& o) {
+    ops::launch(*t.stream, "fill", {}, {&o}, t.kernels.fill(*t.stream, o, value), true);
+  });
+}
+Tensor random_out(const char* op, const Tensor& out, ops::RandomKind kind) {
+  check_random_dtype(op, check_defined(out, op, "out").dtype);
+  return create_into(op, out, [&](Target& t, TensorState& o) { launch_random(op, t, o, kind, true); });
+}
+}  // namespace
+
+Tensor full_out(const Tensor& out, double value) { return filled_out("full", out, value); }
+Tensor zeros_out(const Tensor& out) { return filled_out("zeros", out, 0.0); }
+Tensor ones_out(const Tensor& out) { return filled_out("ones", out, 1.0); }
+Tensor rand_out(const Tensor& out) { return random_out("rand", out, ops::RandomKind::uniform); }
+Tensor randn_out(const Tensor& out) { return random_out("randn", out, ops::RandomKind::normal); }
+
 Tensor zeros(Shape shape, DType dtype, Device device) {
   return filled("zeros", std::move(shape), 0.0, dtype, device);
 }
@@ -229,29 +304,39 @@ Tensor from_host(const void* data, Shape shape, DType dtype, Device device) {
 
 // --- Math --------------------------------------------------------------------------------
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+namespace {
+Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* out) {
   TensorState& x = check_defined(a, "matmul", "a");
   TensorState& y = check_defined(b, "matmul", "b");
   check_same("matmul", x, y);
   const Shape& sa = x.shape;
   const Shape& sb = y.shape;
-  Shape out;
+  Shape shape;
   if (sa.size() == 2 && sb.size() == 2 && sa[1] == sb[0]) {
-    out = {sa[0], sb[1]};
+    shape = {sa[0], sb[1]};
   } else if (sa.size() == 3 && sb.size() == 3 && sa[0] == sb[0] && sa[2] == sb[1]) {
-    out = {sa[0], sa[1], sb[2]};
+    shape = {sa[0], sa[1], sb[2]};
   } else {
     throw InvalidArgument("matmul: shapes " + to_string(sa) + " and " + to_string(sb) +
                           " do not multiply: expected (m, k) @ (k, n) or (b, m, k) @ (b, k, n)");
   }
   Target t = target(x.device);
-  auto result = new_tensor(t, std::move(out), x.dtype);
-  ops::launch(*t.stream, "matmul", {&x, &y}, {result.get()}, t.kernels.matmul(*t.stream, x, y, *result));
-  return Tensor(std::move(result));
+  Output o = output("matmul", t, out, std::move(shape), x.dtype);
+  if (o.state->storage.get() == x.storage.get() || o.state->storage.get() == y.storage.get()) {
+    throw InvalidArgument("matmul_out: out is one of the inputs; a product reads its inputs while it "
+                          "writes its output: give an out of its own");
+  }
+  ops::launch(*t.stream, "matmul", {&x, &y}, {o.state}, t.kernels.matmul(*t.stream, x, y, *o.state),
+              o.overwrites);
+  return result_of(o, out);
 }
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return matmul_impl(a, b, nullptr); }
+Tensor matmul_out(const Tensor& out, const Tensor& a, const Tensor& b) { return matmul_impl(a, b, &out); }
 
 namespace {
-Tensor binary(ops::BinaryOp op, const Tensor& a, const Tensor& b) {
+Tensor binary(ops::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor* out) {
   const char* name = ops::name(op);
   TensorState& x = check_defined(a, name, "a");
   TensorState& y = check_defined(b, name, "b");
@@ -267,27 +352,44 @@ Tensor binary(ops::BinaryOp op, const Tensor& a, const Tensor& b) {
                           "(e.g. from data of dtype f32)");
   }
   Target t = target(x.device);
-  auto result = new_tensor(t, x.shape, x.dtype);
-  ops::launch(*t.stream, name, {&x, &y}, {result.get()}, t.kernels.binary(*t.stream, op, x, y, *result));
-  return Tensor(std::move(result));
+  // (out may be an input: each element is read before it is written, by the same thread.)
+  Output o = output(name, t, out, x.shape, x.dtype);
+  ops::launch(*t.stream, name, {&x, &y}, {o.state}, t.kernels.binary(*t.stream, op, x, y, *o.state),
+              o.overwrites);
+  return result_of(o, out);
 }
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::div, a, b); }
+Tensor add(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::add, a, b, nullptr); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::sub, a, b, nullptr); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::mul, a, b, nullptr); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::div, a, b, nullptr); }
+Tensor add_out(const Tensor& out, const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::add, a, b, &out); }
+Tensor sub_out(const Tensor& out, const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::sub, a, b, &out); }
+Tensor mul_out(const Tensor& out, const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::mul, a, b, &out); }
+Tensor div_out(const Tensor& out, const Tensor& a, const Tensor& b) { return binary(ops::BinaryOp::div, a, b, &out); }
 
-Tensor cast(const Tensor& t, DType dtype) {
+namespace {
+Tensor cast_impl(const Tensor& t, DType dtype, const Tensor* out) {
   TensorState& x = check_defined(t, "cast", "the tensor");
   if (!is_floating(x.dtype) || !is_floating(dtype)) {
     throw InvalidArgument("cast: converts between floating dtypes (f32, f64, f16, bf16), got " +
                           std::string(name(x.dtype)) + " to " + std::string(name(dtype)));
   }
   Target target_ = target(x.device);
-  auto result = new_tensor(target_, x.shape, dtype);
-  ops::launch(*target_.stream, "cast", {&x}, {result.get()}, target_.kernels.cast(*target_.stream, x, *result));
-  return Tensor(std::move(result));
+  Output o = output("cast", target_, out, x.shape, dtype);
+  if (o.state->storage.get() == x.storage.get() && dtype != x.dtype) {
+    throw InvalidArgument("cast_out: out shares the input's memory but not its dtype: give an out of its own");
+  }
+  ops::launch(*target_.stream, "cast", {&x}, {o.state}, target_.kernels.cast(*target_.stream, x, *o.state),
+              o.overwrites);
+  return result_of(o, out);
+}
+}  // namespace
+
+Tensor cast(const Tensor& t, DType dtype) { return cast_impl(t, dtype, nullptr); }
+Tensor cast_out(const Tensor& out, const Tensor& t) {
+  return cast_impl(t, check_defined(out, "cast", "out").dtype, &out);
 }
 
 }  // namespace eventide

@@ -72,6 +72,27 @@ Tensor Tensor::to(Device device) const {
   return Tensor(ops::transfer(const_cast<detail::TensorState&>(s), device));
 }
 
+Tensor& Tensor::copy_(const Tensor& src) {
+  auto& dst = const_cast<detail::TensorState&>(checked(state_, "copy_"));
+  if (!src.defined()) throw InvalidArgument("copy_: the source is an undefined tensor");
+  auto& from = const_cast<detail::TensorState&>(*src.state());
+  if (from.shape != dst.shape) {
+    throw InvalidArgument("copy_: the source has shape " + to_string(from.shape) + ", this tensor " +
+                          to_string(dst.shape) + ": copy_ writes a tensor of one shape over another");
+  }
+  if (from.dtype != dst.dtype) {
+    throw InvalidArgument("copy_: the source is " + std::string(name(from.dtype)) + ", this tensor " +
+                          std::string(name(dst.dtype)) + ": convert it first (cast_out(dst, src))");
+  }
+  if (dst.storage->access() == Access::read_only) {
+    throw InvalidArgument("copy_: this tensor is read-only memory (lent as read-only by another library)");
+  }
+  if (&from == &dst || from.storage.get() == dst.storage.get()) return *this;  // itself
+  detail::Runtime::get().check_running();
+  ops::transfer_into(from, dst);
+  return *this;
+}
+
 void* Tensor::data_ptr() const {
   const detail::Storage& storage = *checked(state_, "data_ptr").storage;
   storage.mark_escaped();  // (a relaxed store: read when the last reference goes)

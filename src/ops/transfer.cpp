@@ -28,40 +28,73 @@
 
 namespace eventide::ops {
 
-std::shared_ptr<TensorState> transfer(TensorState& src, Device to) {
+namespace {
+
+// What a copy between two devices takes: the devices' kernels and the two current streams.
+struct Copy {
+  detail::DeviceContext& from;
+  detail::DeviceContext& into;
+  Kernels& source;
+  std::shared_ptr<StreamState> src_stream;
+  std::shared_ptr<StreamState> dst_stream;
+};
+
+Copy copy_between(Device from, Device to) {
   auto& rt = detail::Runtime::get();
-  detail::DeviceContext& from = rt.context(src.device);
-  detail::DeviceContext& into = rt.context(to);  // InvalidArgument if it is not here
-  Kernels& source = kernels(from);
-  const std::size_t bytes = src.nbytes();
-  const std::string name = "to(" + to.str() + ")";
-  auto src_stream = rt.current_stream(src.device);
-  if (source.copies_directly_to(to)) {
-    // The destination's memory is the destination stream's from an "empty" op there; the copy
-    // runs on the source's stream, ordered after it (and after src's producer).
-    auto dst_stream = rt.current_stream(to);
-    auto out = std::make_shared<TensorState>(src.shape, src.dtype, to, into.backend().allocate(bytes, *dst_stream));
-    Body copy = source.copy_direct(*src_stream, src, *out);  // (may refuse: before any launch)
-    launch(*dst_stream, "empty", {}, {out.get()}, Body{});
-    launch(*src_stream, name.c_str(), {&src}, {out.get()}, std::move(copy));
-    return out;
+  detail::DeviceContext& f = rt.context(from);
+  detail::DeviceContext& i = rt.context(to);  // InvalidArgument if it is not here
+  return Copy{f, i, kernels(f), rt.current_stream(from), rt.current_stream(to)};
+}
+
+// Launches the copy of `src` into `dst` (of src's shape and dtype, on c.into's device) by the
+// path the header describes. `overwrites`: dst is written whole over earlier contents (its
+// earlier writer orders the copy, its failure is not the copy's).
+void launch_copy(Copy& c, TensorState& src, TensorState& dst, const char* name, bool overwrites) {
+  const Device to = dst.device;
+  if (c.source.copies_directly_to(to)) {
+    launch(*c.src_stream, name, {&src}, {&dst}, c.source.copy_direct(*c.src_stream, src, dst), overwrites);
+    return;
   }
   if (to.is_cpu()) {
-    auto out = std::make_shared<TensorState>(src.shape, src.dtype, to, from.backend().allocate_host(bytes));
-    launch(*src_stream, name.c_str(), {&src}, {out.get()}, source.download_async(*src_stream, src, *out));
-    return out;
+    launch(*c.src_stream, name, {&src}, {&dst}, c.source.download_async(*c.src_stream, src, dst), overwrites);
+    return;
   }
-  auto dst_stream = rt.current_stream(to);
-  auto out = std::make_shared<TensorState>(src.shape, src.dtype, to, into.backend().allocate(bytes, *dst_stream));
-  detail::DeviceContext& stager = src.device.is_cpu() ? into : from;
+  detail::DeviceContext& stager = src.device.is_cpu() ? c.into : c.from;
   auto staging = std::make_shared<TensorState>(src.shape, src.dtype, Device::cpu(),
-                                               stager.backend().allocate_host(bytes));
+                                               stager.backend().allocate_host(src.nbytes()));
   // Both bodies first: either device may refuse, and then nothing is enqueued.
-  Body down = source.download_async(*src_stream, src, *staging);
-  Body up = kernels(into).upload_async(*dst_stream, *staging, *out);
-  launch(*src_stream, "stage", {&src}, {staging.get()}, std::move(down));
-  launch(*dst_stream, name.c_str(), {staging.get()}, {out.get()}, std::move(up));
+  Body down = c.source.download_async(*c.src_stream, src, *staging);
+  Body up = kernels(c.into).upload_async(*c.dst_stream, *staging, dst);
+  launch(*c.src_stream, "stage", {&src}, {staging.get()}, std::move(down));
+  launch(*c.dst_stream, name, {staging.get()}, {&dst}, std::move(up), overwrites);
+}
+
+}  // namespace
+
+std::shared_ptr<TensorState> transfer(TensorState& src, Device to) {
+  Copy c = copy_between(src.device, to);
+  const std::size_t bytes = src.nbytes();
+  const std::string name = "to(" + to.str() + ")";
+  std::shared_ptr<TensorState> out;
+  if (c.source.copies_directly_to(to)) {
+    // The destination's memory is the destination stream's from an "empty" op there; the copy
+    // runs on the source's stream, ordered after it (and after src's producer).
+    out = std::make_shared<TensorState>(src.shape, src.dtype, to, c.into.backend().allocate(bytes, *c.dst_stream));
+    (void)c.source.copy_direct(*c.src_stream, src, *out);  // may refuse: before any launch
+    launch(*c.dst_stream, "empty", {}, {out.get()}, Body{});
+  } else if (to.is_cpu()) {
+    // Host memory of the source's device (pinned, on a GPU: the copy is truly asynchronous).
+    out = std::make_shared<TensorState>(src.shape, src.dtype, to, c.from.backend().allocate_host(bytes));
+  } else {
+    out = std::make_shared<TensorState>(src.shape, src.dtype, to, c.into.backend().allocate(bytes, *c.dst_stream));
+  }
+  launch_copy(c, src, *out, name.c_str(), false);
   return out;
+}
+
+void transfer_into(TensorState& src, TensorState& dst) {
+  Copy c = copy_between(src.device, dst.device);
+  launch_copy(c, src, dst, "copy_", true);
 }
 
 }  // namespace eventide::ops

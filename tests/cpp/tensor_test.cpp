@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -670,6 +671,157 @@ TEST(ExternalTensorTest, ReadOnlyMemoryIsAnInputAndSaysSo) {
   ev::Tensor doubled = t + t;
   EXPECT_EQ(doubled.access(), ev::Access::read_write) << "an op's output is eventide's own memory";
   EXPECT_EQ(doubled.to_vector<double>(), (std::vector<double>{3.0, 5.0}));
+}
+
+// --- In place: the _out forms and copy_ ----------------------------------------------------
+
+TEST(InPlaceTest, AddOutAccumulatesIntoItsInputWithoutNewMemory) {
+  run_with_deadline([] {
+    ev::Tensor x = ev::zeros({256});
+    ev::Tensor one = ev::ones({256});
+    void* memory = x.data_ptr();
+    for (int i = 0; i < 10; ++i) {
+      ev::Tensor r = ev::add_out(x, x, one);
+      EXPECT_EQ(r.state(), x.state()) << "an _out form returns its out";
+    }
+    EXPECT_EQ(x.to_vector<float>(), std::vector<float>(256, 10.0f));
+    EXPECT_EQ(x.data_ptr(), memory);
+    ev::mul_out(x, x, x);
+    ev::sub_out(x, x, one);
+    ev::div_out(x, x, ev::full({256}, 3.0));
+    EXPECT_EQ(x.to_vector<float>(), std::vector<float>(256, 33.0f));
+  });
+}
+
+TEST(InPlaceTest, MatmulOutWritesTheProductAndRefusesToOverwriteAnInput) {
+  run_with_deadline([] {
+    ev::Tensor a = ev::from_host(std::vector<float>{1, 2, 3, 4}, {2, 2});
+    ev::Tensor b = ev::from_host(std::vector<float>{5, 6, 7, 8}, {2, 2});
+    ev::Tensor out = ev::full({2, 2}, -1.0);
+    ev::matmul_out(out, a, b);
+    EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{19, 22, 43, 50}));
+    auto err = capture([&] { (void)ev::matmul_out(a, a, b); });
+    ASSERT_TRUE(holds<ev::InvalidArgument>(err));
+    EXPECT_NE(what(err).find("out is one of the inputs"), std::string::npos) << what(err);
+    EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{1, 2, 3, 4})) << "nothing was launched";
+  });
+}
+
+TEST(InPlaceTest, AnOutOfAnotherShapeDtypeOrMemoryIsRefusedNamingIt) {
+  run_with_deadline([] {
+    ev::Tensor a = ev::ones({2, 3});
+    auto expect_refused = [](const std::function<void()>& f, const std::string& words) {
+      auto err = capture(f);
+      ASSERT_TRUE(holds<ev::InvalidArgument>(err)) << words;
+      EXPECT_NE(what(err).find(words), std::string::npos) << what(err);
+    };
+    ev::Tensor wrong_shape = ev::zeros({3, 2});
+    expect_refused([&] { ev::add_out(wrong_shape, a, a); }, "out has shape [3, 2], the result has shape [2, 3]");
+    ev::Tensor wrong_dtype = ev::zeros({2, 3}, ev::DType::f64);
+    expect_refused([&] { ev::add_out(wrong_dtype, a, a); }, "out is f64, the result is f32");
+    expect_refused([&] { ev::cast_out(ev::zeros({2, 3}, ev::DType::i32), a); }, "floating dtypes");
+    expect_refused([&] { ev::add_out(ev::Tensor(), a, a); }, "out is an undefined tensor");
+    const std::vector<float> data(6, 1.0f);
+    ev::Tensor lent = ev::from_external({const_cast<float*>(data.data()), nullptr, ev::Access::read_only},
+                                        {2, 3}, ev::DType::f32, ev::Device::cpu());
+    expect_refused([&] { ev::add_out(lent, a, a); }, "read-only");
+    expect_refused([&] { lent.copy_(a); }, "read-only");
+    expect_refused([&] { ev::zeros_out(lent); }, "read-only");
+    expect_refused([&] { ev::rand_out(ev::zeros({2}, ev::DType::i64)); }, "needs a floating dtype");
+  });
+}
+
+TEST(InPlaceTest, CreationIntoOutWritesItsValues) {
+  run_with_deadline([] {
+    ev::Tensor t = ev::empty({64});
+    ev::full_out(t, 2.5);
+    EXPECT_EQ(t.to_vector<float>(), std::vector<float>(64, 2.5f));
+    ev::zeros_out(t);
+    EXPECT_EQ(t.to_vector<float>(), std::vector<float>(64, 0.0f));
+    ev::ones_out(t);
+    EXPECT_EQ(t.to_vector<float>(), std::vector<float>(64, 1.0f));
+    ev::manual_seed(7);
+    ev::Tensor fresh = ev::randn({64});
+    ev::manual_seed(7);
+    ev::randn_out(t);
+    EXPECT_EQ(t.to_vector<float>(), fresh.to_vector<float>()) << "the same numbers as a new tensor";
+    ev::rand_out(t);
+    for (float v : t.to_vector<float>()) EXPECT_TRUE(v >= 0.0f && v < 1.0f) << v;
+  });
+}
+
+TEST(InPlaceTest, CastOutConvertsIntoOutsDtype) {
+  run_with_deadline([] {
+    ev::Tensor x = ev::from_host(std::vector<double>{1.5, -2.25}, {2});
+    ev::Tensor f = ev::zeros({2}, ev::DType::f32);
+    ev::cast_out(f, x);
+    EXPECT_EQ(f.to_vector<float>(), (std::vector<float>{1.5f, -2.25f}));
+  });
+}
+
+TEST(InPlaceTest, CopyWritesTheSourcesValuesIntoTheSameMemory) {
+  run_with_deadline([] {
+    ev::Tensor x = ev::zeros({4});
+    void* memory = x.data_ptr();
+    ev::Tensor& r = x.copy_(ev::from_host(std::vector<float>{1, 2, 3, 4}, {4}));
+    EXPECT_EQ(&r, &x);
+    EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+    EXPECT_EQ(x.data_ptr(), memory);
+    x.copy_(x);  // itself: nothing to do
+    EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+    auto err = capture([&] { x.copy_(ev::zeros({5})); });
+    ASSERT_TRUE(holds<ev::InvalidArgument>(err));
+    EXPECT_NE(what(err).find("shape [5], this tensor [4]"), std::string::npos) << what(err);
+    err = capture([&] { x.copy_(ev::zeros({4}, ev::DType::f64)); });
+    ASSERT_TRUE(holds<ev::InvalidArgument>(err));
+    EXPECT_NE(what(err).find("cast_out"), std::string::npos) << what(err);
+  });
+}
+
+// Write after read: an in-place write waits for the ops that still read the old values, on
+// any stream, and the write after write for the earlier writer.
+TEST(InPlaceTest, AnInPlaceWriteWaitsForEveryEarlierReaderOnAnyStream) {
+  run_with_deadline([] {
+    ev::Tensor x = ev::full({1024}, 1.0);
+    x.wait();
+    ev::UserEvent gate;
+    ev::Stream held = gated_stream(gate);
+    ev::Tensor y;
+    {
+      ev::StreamGuard g(held);
+      y = ev::mul(x, x);  // reads x's old values once the gate opens
+    }
+    ev::Tensor copied;
+    ev::Stream other;
+    {
+      ev::StreamGuard g(other);
+      ev::full_out(x, 5.0);  // must wait for the held reader
+      copied = ev::empty({1024});
+      copied.copy_(x);  // and this read for the write
+    }
+    EXPECT_FALSE(x.ready()) << "the write ran before a reader of the old values";
+    gate.set();
+    EXPECT_EQ(y.to_vector<float>(), std::vector<float>(1024, 1.0f));
+    EXPECT_EQ(x.to_vector<float>(), std::vector<float>(1024, 5.0f));
+    EXPECT_EQ(copied.to_vector<float>(), std::vector<float>(1024, 5.0f));
+  });
+}
+
+// Overwriting a tensor whole does not inherit its failed writer's error; reading it does.
+TEST(InPlaceTest, AWholeOverwriteOfAFailedTensorSucceedsButAnUpdateOfItFails) {
+  run_with_deadline([] {
+    ev::Tensor t = ev::empty({3});
+    ev::Stream().enqueue("bad", [] { throw UserError("producer failed"); }, {}, {t});
+    auto err = capture([&] { t.wait(); });
+    ASSERT_TRUE(holds<ev::OpError>(err));
+    ev::Tensor u = ev::empty({3});
+    ev::Stream().enqueue("bad too", [] { throw UserError("second"); }, {}, {u});
+    ev::full_out(t, 4.0);
+    EXPECT_EQ(t.to_vector<float>(), std::vector<float>(3, 4.0f)) << "a whole overwrite starts afresh";
+    ev::add_out(u, u, t);  // reads u: its failure is this op's
+    err = capture([&] { u.wait(); });
+    EXPECT_TRUE(holds<ev::OpError>(err)) << what(err);
+  });
 }
 
 TEST(ExternalTensorTest, MemoryStillBeingProducedOnAStreamIsReadyWhenThatWorkIs) {
