@@ -19,12 +19,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -146,28 +144,9 @@ void check_matmul_corner(const ev::Tensor& a, const ev::Tensor& b, const std::ve
 }
 
 // Python's threading.Event, which the tutorial pairs with add_completion_callback: a flag that
-// one thread sets and others wait for, blocking on a condition variable.
-class ThreadingEvent {
- public:
-  void set() {
-    std::lock_guard lock(mu_);
-    flag_ = true;
-    cv_.notify_all();
-  }
-  void wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [this] { return flag_; });
-  }
-  bool is_set() {
-    std::lock_guard lock(mu_);
-    return flag_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool flag_ = false;
-};
+// one thread sets and others wait for, blocking on a condition variable. It is the custom
+// event class of examples/cpp/08_custom_event.hpp.
+using ThreadingEvent = examples::MyEvent;
 
 // ---------------------------------------------------------------------------------------------
 // The scenarios, in the order of the tutorial's snippets.
