@@ -270,6 +270,9 @@ Tensor mul_out(const Tensor& out, const Tensor& a, const Tensor& b);
 Tensor div_out(const Tensor& out, const Tensor& a, const Tensor& b);
 // cast into out's dtype.
 Tensor cast_out(const Tensor& out, const Tensor& t);
+// InvalidArgument, naming `op`, unless `out` can take a result of `shape`, `dtype` and
+// `device` (the _out forms' check, for bindings that must check before they make operands).
+void check_out(std::string_view op, const Tensor& out, const Shape& shape, DType dtype, Device device);
 // The creation functions into `out` (its shape, dtype and device).
 Tensor full_out(const Tensor& out, double value);
 Tensor zeros_out(const Tensor& out);

@@ -473,6 +473,13 @@ void bind_tensors(py::module_& m) {
           [fn, out_fn, name](const py::object& a, const py::object& b, const py::object& out) -> py::object {
             const Tensor* o = out_operand(out, name);
             if (!o) return py::cast(elementwise(fn, name, a, b));
+            // Checked before a number operand is made into a tensor (nothing is launched for
+            // an out that is refused).
+            const py::object& like = py::isinstance<Tensor>(a) ? a : b;
+            if (py::isinstance<Tensor>(like)) {
+              const Tensor& t = like.cast<const Tensor&>();
+              eventide::check_out(name, *o, t.shape(), t.dtype(), t.device());
+            }
             elementwise([o, out_fn](const Tensor& x, const Tensor& y) { return out_fn(*o, x, y); }, name, a, b);
             return out;  // the out object itself, as PyTorch returns it
           },

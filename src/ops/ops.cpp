@@ -126,8 +126,10 @@ void check_same(const char* op, const TensorState& a, const TensorState& b) {
 }
 
 // An _out form's `out`: defined, writable, of the result's shape, dtype and device.
-TensorState& check_out(const char* op, const Tensor& out, const Shape& shape, DType dtype, Device device) {
-  TensorState& o = check_defined(out, op, "out");
+TensorState& checked_out(std::string_view op, const Tensor& out, const Shape& shape, DType dtype,
+                         Device device) {
+  if (!out.defined()) throw InvalidArgument(std::string(op) + ": out is an undefined tensor");
+  TensorState& o = *out.state();
   const std::string who = std::string(op) + "_out: ";
   if (o.shape != shape) {
     throw InvalidArgument(who + "out has shape " + to_string(o.shape) + ", the result has shape " +
@@ -136,7 +138,7 @@ TensorState& check_out(const char* op, const Tensor& out, const Shape& shape, DT
   if (o.dtype != dtype) {
     throw InvalidArgument(who + "out is " + std::string(name(o.dtype)) + ", the result is " +
                           std::string(name(dtype)) + ": give an out of the result's dtype" +
-                          (std::string_view(op) == "cast" ? "" : " (or cast the inputs first)"));
+                          (op == "cast" ? "" : " (or cast the inputs first)"));
   }
   if (o.device != device) {
     throw InvalidArgument(who + "out is on " + o.device.str() + ", the op runs on " + device.str() +
@@ -146,6 +148,18 @@ TensorState& check_out(const char* op, const Tensor& out, const Shape& shape, DT
     throw InvalidArgument(who + "out is read-only memory (lent as read-only by another library)");
   }
   return o;
+}
+
+// Whether the memory of `a` and `b` overlaps (byte ranges on one device), and whether it is
+// the very same memory: two tensors may be made over one buffer (from_numpy twice).
+bool overlaps(const TensorState& a, const TensorState& b) noexcept {
+  if (a.device != b.device || a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const auto* x = static_cast<const char*>(a.storage->data());
+  const auto* y = static_cast<const char*>(b.storage->data());
+  return x < y + b.nbytes() && y < x + a.nbytes();
+}
+bool same_memory(const TensorState& a, const TensorState& b) noexcept {
+  return a.storage->data() == b.storage->data() && a.nbytes() == b.nbytes();
 }
 
 // Where an op writes: a new tensor of `shape` and `dtype` on t's device, or `out` (checked).
@@ -160,7 +174,7 @@ Output output(const char* op, Target& t, const Tensor* out, Shape shape, DType d
     TensorState* state = made.get();
     return Output{std::move(made), state, false};
   }
-  return Output{nullptr, &check_out(op, *out, shape, dtype, t.ctx.device()), true};
+  return Output{nullptr, &checked_out(op, *out, shape, dtype, t.ctx.device()), true};
 }
 Tensor result_of(Output& o, const Tensor* out) { return out ? *out : Tensor(std::move(o.made)); }
 
@@ -198,7 +212,7 @@ template <class Enqueue>
 Tensor create_into(const char* op, const Tensor& out, Enqueue&& enqueue) {
   TensorState& o = check_defined(out, op, "out");
   Target t = target(o.device);
-  check_out(op, out, o.shape, o.dtype, o.device);
+  checked_out(op, out, o.shape, o.dtype, o.device);
   enqueue(t, o);
   return out;
 }
@@ -206,6 +220,10 @@ Tensor create_into(const char* op, const Tensor& out, Enqueue&& enqueue) {
 }  // namespace
 
 // --- Shapes ------------------------------------------------------------------------------
+
+void check_out(std::string_view op, const Tensor& out, const Shape& shape, DType dtype, Device device) {
+  (void)checked_out(op, out, shape, dtype, device);
+}
 
 std::int64_t numel(const Shape& shape) {
   std::int64_t n = 1;
@@ -322,9 +340,9 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* out) {
   }
   Target t = target(x.device);
   Output o = output("matmul", t, out, std::move(shape), x.dtype);
-  if (o.state->storage.get() == x.storage.get() || o.state->storage.get() == y.storage.get()) {
-    throw InvalidArgument("matmul_out: out is one of the inputs; a product reads its inputs while it "
-                          "writes its output: give an out of its own");
+  if (overlaps(*o.state, x) || overlaps(*o.state, y)) {
+    throw InvalidArgument("matmul_out: out is (or shares memory with) one of the inputs; a product "
+                          "reads its inputs while it writes its output: give an out of its own");
   }
   ops::launch(*t.stream, "matmul", {&x, &y}, {o.state}, t.kernels.matmul(*t.stream, x, y, *o.state),
               o.overwrites);
@@ -352,8 +370,15 @@ Tensor binary(ops::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor* 
                           "(e.g. from data of dtype f32)");
   }
   Target t = target(x.device);
-  // (out may be an input: each element is read before it is written, by the same thread.)
+  // (out may be an input: each element is read before it is written, by the same thread; not
+  // memory that overlaps an input only in part.)
   Output o = output(name, t, out, x.shape, x.dtype);
+  for (const TensorState* in : {&x, &y}) {
+    if (out && overlaps(*o.state, *in) && !same_memory(*o.state, *in)) {
+      throw InvalidArgument(std::string(name) + "_out: out overlaps an input in part (they share memory at "
+                            "different offsets): give an out of its own, or the input itself");
+    }
+  }
   ops::launch(*t.stream, name, {&x, &y}, {o.state}, t.kernels.binary(*t.stream, op, x, y, *o.state),
               o.overwrites);
   return result_of(o, out);
@@ -378,8 +403,9 @@ Tensor cast_impl(const Tensor& t, DType dtype, const Tensor* out) {
   }
   Target target_ = target(x.device);
   Output o = output("cast", target_, out, x.shape, dtype);
-  if (o.state->storage.get() == x.storage.get() && dtype != x.dtype) {
-    throw InvalidArgument("cast_out: out shares the input's memory but not its dtype: give an out of its own");
+  if (out && overlaps(*o.state, x) && !(same_memory(*o.state, x) && dtype == x.dtype)) {
+    throw InvalidArgument("cast_out: out shares memory with the input (of another dtype, or at other "
+                          "offsets): give an out of its own");
   }
   ops::launch(*target_.stream, "cast", {&x}, {o.state}, target_.kernels.cast(*target_.stream, x, *o.state),
               o.overwrites);

@@ -48,14 +48,20 @@ Copy copy_between(Device from, Device to) {
 
 // Launches the copy of `src` into `dst` (of src's shape and dtype, on c.into's device) by the
 // path the header describes. `overwrites`: dst is written whole over earlier contents (its
-// earlier writer orders the copy, its failure is not the copy's).
-void launch_copy(Copy& c, TensorState& src, TensorState& dst, const char* name, bool overwrites) {
+// earlier writer orders the copy, its failure is not the copy's). `dst_is_host_memory`: dst,
+// on the cpu, is host memory of src's device (allocate_host: pinned on a GPU), which its
+// download may write directly; other cpu memory (a tensor of the cpu backend's, a NumPy
+// array's) is staged, so that no GPU copy into pageable memory stalls the device's stream.
+// `direct`: the direct path's body, made already (to()), else made here.
+void launch_copy(Copy& c, TensorState& src, TensorState& dst, const char* name, bool overwrites,
+                 bool dst_is_host_memory, Body* direct = nullptr) {
   const Device to = dst.device;
   if (c.source.copies_directly_to(to)) {
-    launch(*c.src_stream, name, {&src}, {&dst}, c.source.copy_direct(*c.src_stream, src, dst), overwrites);
+    Body body = direct ? std::move(*direct) : c.source.copy_direct(*c.src_stream, src, dst);
+    launch(*c.src_stream, name, {&src}, {&dst}, std::move(body), overwrites);
     return;
   }
-  if (to.is_cpu()) {
+  if (to.is_cpu() && (dst_is_host_memory || src.device.is_cpu())) {
     launch(*c.src_stream, name, {&src}, {&dst}, c.source.download_async(*c.src_stream, src, dst), overwrites);
     return;
   }
@@ -80,21 +86,24 @@ std::shared_ptr<TensorState> transfer(TensorState& src, Device to) {
     // The destination's memory is the destination stream's from an "empty" op there; the copy
     // runs on the source's stream, ordered after it (and after src's producer).
     out = std::make_shared<TensorState>(src.shape, src.dtype, to, c.into.backend().allocate(bytes, *c.dst_stream));
-    (void)c.source.copy_direct(*c.src_stream, src, *out);  // may refuse: before any launch
+    Body copy = c.source.copy_direct(*c.src_stream, src, *out);  // may refuse: before any launch
     launch(*c.dst_stream, "empty", {}, {out.get()}, Body{});
-  } else if (to.is_cpu()) {
+    launch_copy(c, src, *out, name.c_str(), false, false, &copy);
+    return out;
+  }
+  if (to.is_cpu()) {
     // Host memory of the source's device (pinned, on a GPU: the copy is truly asynchronous).
     out = std::make_shared<TensorState>(src.shape, src.dtype, to, c.from.backend().allocate_host(bytes));
   } else {
     out = std::make_shared<TensorState>(src.shape, src.dtype, to, c.into.backend().allocate(bytes, *c.dst_stream));
   }
-  launch_copy(c, src, *out, name.c_str(), false);
+  launch_copy(c, src, *out, name.c_str(), false, true);
   return out;
 }
 
 void transfer_into(TensorState& src, TensorState& dst) {
   Copy c = copy_between(src.device, dst.device);
-  launch_copy(c, src, dst, "copy_", true);
+  launch_copy(c, src, dst, "copy_", true, false);
 }
 
 }  // namespace eventide::ops
