@@ -20,8 +20,8 @@ namespace {
 
 // Makes room in `v` for `n` elements, growing it geometrically (reserve(size() + 1) on every
 // call would copy the vector each time).
-template <class T>
-void reserve_for(std::vector<T>& v, std::size_t n) {
+template <class Vector>
+void reserve_for(Vector& v, std::size_t n) {
   if (v.capacity() < n) v.reserve(std::max(n, 2 * v.capacity()));
 }
 
@@ -58,7 +58,7 @@ void EventState::fold_locked(const Ref<Work>& work) {
   if (untimed_.size() > untimed_scan_at_) {
     // An event recorded over and over: fold what has become known meanwhile, and look again
     // only when the list has doubled (amortized constant per record).
-    std::erase_if(untimed_, [this](const Ref<Work>& w) {
+    untimed_.erase_if([this](const Ref<Work>& w) {
       if (!w->timing_known()) return false;
       fold_times_locked(w);
       return true;
@@ -94,12 +94,12 @@ void EventState::resolve_timing() {
   std::vector<Ref<Work>> waiting;
   {
     std::lock_guard lock(mu_);
-    waiting = untimed_;
+    waiting.assign(untimed_.begin(), untimed_.end());
   }
   if (waiting.empty()) return;
   for (const Ref<Work>& w : waiting) w->timeline().await_timing(*w);  // may block: unlocked
   std::lock_guard lock(mu_);
-  std::erase_if(untimed_, [this](const Ref<Work>& w) {
+  untimed_.erase_if([this](const Ref<Work>& w) {
     if (!w->timing_known()) return false;
     fold_times_locked(w);
     return true;
@@ -108,12 +108,11 @@ void EventState::resolve_timing() {
 
 void EventState::refresh_locked(Actions& actions) {
   if (status_.load(std::memory_order_relaxed) != EventStatus::pending) return;
-  auto still = std::remove_if(pending_.begin(), pending_.end(), [this](const Ref<Work>& w) {
+  pending_.erase_if([this](const Ref<Work>& w) {
     if (!w->done()) return false;
     fold_locked(w);
     return true;
   });
-  pending_.erase(still, pending_.end());
   if (pending_.empty()) {
     finish_locked(actions);
   } else if (!armed_ && (!callbacks_.empty() || !notifiers_.empty())) {
@@ -333,7 +332,8 @@ void EventState::restart(const char* finish_first, std::unique_lock<RuntimeMutex
   if (status_.load(std::memory_order_relaxed) == EventStatus::pending) {
     throw StateError("cannot reset " + str_locked() + " while it is pending: " + finish_first);
   }
-  // Room first (clear_locked keeps pending_'s): out of memory, the event is left as it was.
+  // Room first (pending_ keeps one inline, whatever clear_locked gives back): out of memory, the
+  // event is left as it was.
   reserve_for(pending_, 1);
   clear_locked();
   pending_.push_back(kind_->begin_round_locked());
@@ -489,7 +489,7 @@ EventState::Snapshot EventState::snapshot(SnapshotFor what) {
         if (!kind_->hidden_from_streams(*w)) snap.pending.push_back(w);
       }
     } else {
-      snap.pending = pending_;
+      snap.pending.assign(pending_.begin(), pending_.end());
     }
   }
   return snap;

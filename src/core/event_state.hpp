@@ -235,9 +235,10 @@ class EventState : public std::enable_shared_from_this<EventState> {
   mutable RuntimeMutex mu_;
   std::atomic<EventStatus> status_{EventStatus::empty};
   std::atomic<std::uint64_t> finishes_{0};
-  std::vector<Ref<Work>> pending_;
+  // One inline: an event tied to one op at a time (the common case) allocates nothing.
+  SmallVector<Ref<Work>, 1> pending_;
   // Finished work whose device time is not known yet (GPU work: it arrives later).
-  std::vector<Ref<Work>> untimed_;
+  SmallVector<Ref<Work>, 1> untimed_;
   // Fold the known times out of untimed_ when it grows past this (at least kUntimedScanMin,
   // then twice what was left: amortized constant per record).
   static constexpr std::size_t kUntimedScanMin = 64;

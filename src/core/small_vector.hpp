@@ -1,7 +1,7 @@
 // SmallVector: a vector that keeps its first N elements inline. A Work's dependencies are
 // usually one to three (its inputs' producers, the stream's gate), so keeping them in the
-// Work saves an allocation on every op. Only what the runtime uses: push_back, iteration,
-// clear.
+// Work saves an allocation on every op, as an event's one pending Work saves one on every
+// record. Only what the runtime uses: push_back, iteration, erase_if, clear.
 #pragma once
 
 #include <cstddef>
@@ -38,7 +38,12 @@ class SmallVector {
   const T* begin() const noexcept { return data_; }
   const T* end() const noexcept { return data_ + size_; }
   std::size_t size() const noexcept { return size_; }
+  std::size_t capacity() const noexcept { return capacity_; }
   bool empty() const noexcept { return size_ == 0; }
+  T& front() noexcept { return data_[0]; }
+  const T& front() const noexcept { return data_[0]; }
+  T& back() noexcept { return data_[size_ - 1]; }
+  const T& back() const noexcept { return data_[size_ - 1]; }
   T& operator[](std::size_t i) noexcept { return data_[i]; }
   const T& operator[](std::size_t i) const noexcept { return data_[i]; }
 
@@ -52,6 +57,21 @@ class SmallVector {
   }
   // Destroys the elements and gives back heap memory.
   void clear() noexcept { release(); }
+  // Removes the elements `pred` holds for, keeping the others' order; allocates nothing (the
+  // room stays). Returns how many went.
+  template <class Pred>
+  std::size_t erase_if(Pred&& pred) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < size_; ++i) {
+      if (pred(data_[i])) continue;
+      if (kept != i) data_[kept] = std::move(data_[i]);
+      ++kept;
+    }
+    const std::size_t gone = size_ - kept;
+    std::destroy(data_ + kept, data_ + size_);
+    size_ = kept;
+    return gone;
+  }
 
  private:
   T* inline_data() noexcept { return std::launder(reinterpret_cast<T*>(inline_)); }

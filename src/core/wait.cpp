@@ -67,7 +67,7 @@ bool EventState::wait_until(const Deadline& deadline) {
   std::vector<Ref<Work>> ops;
   {
     std::lock_guard lock(mu_);
-    ops = pending_;
+    ops.assign(pending_.begin(), pending_.end());
   }
   const std::int64_t start = host_now_ns();
   const bool done = wait_pending(deadline, finished_before);
