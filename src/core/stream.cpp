@@ -63,7 +63,12 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   if (work->has_body()) {
     keep.reserve(reads.size() + writes.size() + (options.keep ? 1 : 0));
     for (TensorState* t : reads) keep.push_back(t->storage);
-    for (TensorState* t : writes) keep.push_back(t->storage);
+    for (TensorState* t : writes) {
+      // (A tensor the op also reads, as an in-place op's, is kept once.)
+      bool read = false;
+      for (TensorState* r : reads) read = read || r == t;
+      if (!read) keep.push_back(t->storage);
+    }
   }
   if (options.keep) keep.push_back(options.keep);
   Work::Deps& deps = work->deps();

@@ -75,4 +75,17 @@ class TensorState {
   std::vector<Ref<Work>> readers_;
 };
 
+// Whether the memory of `a` and `b` overlaps (byte ranges on one device), and whether it is
+// the very same memory: two tensors may be made over one buffer (from_numpy twice). For the
+// checks of ops that write a tensor in place (an _out form, copy_).
+inline bool overlaps(const TensorState& a, const TensorState& b) noexcept {
+  if (a.device != b.device || a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const auto* x = static_cast<const char*>(a.storage->data());
+  const auto* y = static_cast<const char*>(b.storage->data());
+  return x < y + b.nbytes() && y < x + a.nbytes();
+}
+inline bool same_memory(const TensorState& a, const TensorState& b) noexcept {
+  return a.device == b.device && a.storage->data() == b.storage->data() && a.nbytes() == b.nbytes();
+}
+
 }  // namespace eventide::detail

@@ -164,7 +164,8 @@ class Work final : public RefCounted {
   bool has_body() const noexcept { return static_cast<bool>(body_); }
   // The memory the body uses (its tensors' storage, and what else its kernel named), held
   // until the work has run (StreamState::launch fills it before the work is submitted).
-  using Keep = SmallVector<Ref<Storage>, 3>;
+  // Inline room for a product's two inputs, its output and its workspace.
+  using Keep = SmallVector<Ref<Storage>, 4>;
   Keep& keep() noexcept { return keep_; }
   // Drops the body, the memory it kept and the deps once the work has run: the op no longer
   // needs them. Decides a deferred error first, while the deps are there.

@@ -150,18 +150,6 @@ TensorState& checked_out(std::string_view op, const Tensor& out, const Shape& sh
   return o;
 }
 
-// Whether the memory of `a` and `b` overlaps (byte ranges on one device), and whether it is
-// the very same memory: two tensors may be made over one buffer (from_numpy twice).
-bool overlaps(const TensorState& a, const TensorState& b) noexcept {
-  if (a.device != b.device || a.nbytes() == 0 || b.nbytes() == 0) return false;
-  const auto* x = static_cast<const char*>(a.storage->data());
-  const auto* y = static_cast<const char*>(b.storage->data());
-  return x < y + b.nbytes() && y < x + a.nbytes();
-}
-bool same_memory(const TensorState& a, const TensorState& b) noexcept {
-  return a.storage->data() == b.storage->data() && a.nbytes() == b.nbytes();
-}
-
 // Where an op writes: a new tensor of `shape` and `dtype` on t's device, or `out` (checked).
 struct Output {
   std::shared_ptr<TensorState> made;  // null when writing `out`
@@ -340,7 +328,7 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* out) {
   }
   Target t = target(x.device);
   Output o = output("matmul", t, out, std::move(shape), x.dtype);
-  if (overlaps(*o.state, x) || overlaps(*o.state, y)) {
+  if (out && (detail::overlaps(*o.state, x) || detail::overlaps(*o.state, y))) {
     throw InvalidArgument("matmul_out: out is (or shares memory with) one of the inputs; a product "
                           "reads its inputs while it writes its output: give an out of its own");
   }
@@ -374,7 +362,7 @@ Tensor binary(ops::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor* 
   // memory that overlaps an input only in part.)
   Output o = output(name, t, out, x.shape, x.dtype);
   for (const TensorState* in : {&x, &y}) {
-    if (out && overlaps(*o.state, *in) && !same_memory(*o.state, *in)) {
+    if (out && detail::overlaps(*o.state, *in) && !detail::same_memory(*o.state, *in)) {
       throw InvalidArgument(std::string(name) + "_out: out overlaps an input in part (they share memory at "
                             "different offsets): give an out of its own, or the input itself");
     }
@@ -403,7 +391,7 @@ Tensor cast_impl(const Tensor& t, DType dtype, const Tensor* out) {
   }
   Target target_ = target(x.device);
   Output o = output("cast", target_, out, x.shape, dtype);
-  if (out && overlaps(*o.state, x) && !(same_memory(*o.state, x) && dtype == x.dtype)) {
+  if (out && detail::overlaps(*o.state, x) && !(detail::same_memory(*o.state, x) && dtype == x.dtype)) {
     throw InvalidArgument("cast_out: out shares memory with the input (of another dtype, or at other "
                           "offsets): give an out of its own");
   }

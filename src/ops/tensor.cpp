@@ -87,15 +87,11 @@ Tensor& Tensor::copy_(const Tensor& src) {
   if (dst.storage->access() == Access::read_only) {
     throw InvalidArgument("copy_: this tensor is read-only memory (lent as read-only by another library)");
   }
-  if (&from == &dst) return *this;  // itself
-  if (from.device == dst.device && dst.nbytes() > 0) {
-    const auto* a = static_cast<const char*>(from.storage->data());
-    const auto* b = static_cast<const char*>(dst.storage->data());
-    if (a == b) return *this;  // the same memory (two tensors over one buffer): nothing to copy
-    if (a < b + dst.nbytes() && b < a + from.nbytes()) {
-      throw InvalidArgument("copy_: the source and this tensor share memory at different offsets: copy "
-                            "through a tensor of its own (src.to(device), then copy_)");
-    }
+  // Itself, or the same memory (two tensors over one buffer): nothing to copy.
+  if (&from == &dst || detail::same_memory(from, dst)) return *this;
+  if (detail::overlaps(from, dst)) {
+    throw InvalidArgument("copy_: the source and this tensor share memory at different offsets: copy "
+                          "through a tensor of its own (src.to(device), then copy_)");
   }
   detail::Runtime::get().check_running();
   ops::transfer_into(from, dst);
