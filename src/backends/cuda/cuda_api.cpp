@@ -12,26 +12,24 @@ std::string describe(cudaError_t status) {
          std::to_string(static_cast<int>(status)) + ")";
 }
 
-void check(cudaError_t status, const char* call, const std::string& what) {
-  if (status == cudaSuccess) return;
+void fail(cudaError_t status, const char* call, std::string_view what) {
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();  // not sticky: clear it so later calls do not report it again
-    throw DeviceError(std::string("out of memory: ") + call + " failed " + what + ": " +
+    throw DeviceError(std::string("out of memory: ") + call + " failed " + std::string(what) + ": " +
                           describe(status),
                       call, status);
   }
-  throw DeviceError(std::string(call) + " failed " + what + ": " + describe(status), call, status);
+  throw DeviceError(std::string(call) + " failed " + std::string(what) + ": " + describe(status), call, status);
 }
 
-void check_driver(CUresult status, const char* call, const std::string& what) {
-  if (status == CUDA_SUCCESS) return;
+void fail_driver(CUresult status, const char* call, std::string_view what) {
   const char* name = "?";
   const char* text = "?";
   if (const Driver* d = driver()) {
     d->get_error_name(status, &name);
     d->get_error_string(status, &text);
   }
-  throw DeviceError(std::string(call) + " failed " + what + ": CUresult " +
+  throw DeviceError(std::string(call) + " failed " + std::string(what) + ": CUresult " +
                         std::to_string(static_cast<int>(status)) + " (" + name + ": " + text + ")",
                     call, status);
 }
@@ -73,7 +71,7 @@ DeviceScope::DeviceScope(int index, std::nothrow_t) noexcept {
 }
 
 DeviceScope::DeviceScope(Device device) : DeviceScope(device.index(), std::nothrow) {
-  check(status_, "cudaSetDevice", "for " + device.str());
+  check(status_, "cudaSetDevice", [&] { return "for " + device.str(); });
 }
 
 DeviceScope::~DeviceScope() {

@@ -11,8 +11,11 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <concepts>
 #include <new>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "backends/cuda/device_scope.hpp"
 #include "eventide/device.hpp"
@@ -22,9 +25,26 @@ namespace eventide::backends::cuda {
 // "out of memory (cudaErrorMemoryAllocation = 2)".
 std::string describe(cudaError_t status);
 
-// Throws DeviceError("<call> failed <what>: <status>") unless status is cudaSuccess.
-void check(cudaError_t status, const char* call, const std::string& what);
-void check_driver(CUresult status, const char* call, const std::string& what);
+// Throws DeviceError("<call> failed <what>: <status>").
+[[noreturn]] void fail(cudaError_t status, const char* call, std::string_view what);
+[[noreturn]] void fail_driver(CUresult status, const char* call, std::string_view what);
+
+// The same unless status is success. `what` is text, or a callable that makes it, called only
+// on failure: a launch's calls (every op makes several) build no text when they succeed.
+inline void check(cudaError_t status, const char* call, std::string_view what) {
+  if (status != cudaSuccess) [[unlikely]] fail(status, call, what);
+}
+template <std::invocable What>
+inline void check(cudaError_t status, const char* call, What&& what) {
+  if (status != cudaSuccess) [[unlikely]] fail(status, call, std::forward<What>(what)());
+}
+inline void check_driver(CUresult status, const char* call, std::string_view what) {
+  if (status != CUDA_SUCCESS) [[unlikely]] fail_driver(status, call, what);
+}
+template <std::invocable What>
+inline void check_driver(CUresult status, const char* call, What&& what) {
+  if (status != CUDA_SUCCESS) [[unlikely]] fail_driver(status, call, std::forward<What>(what)());
+}
 // Logs instead (stderr) and returns whether the call succeeded. Allocates nothing (it runs in
 // destructors and threads): `what` is ready-made text ("for cuda:0 stream 3").
 bool check_nothrow(cudaError_t status, const char* call, const char* what) noexcept;

@@ -44,7 +44,7 @@ class CudaNativeEvents final : public detail::NativeEvents {
       throw InvalidArgument("Event::from_native: " + std::to_string(reinterpret_cast<std::uintptr_t>(event)) +
                             " is not a CUDA event of this process (" + describe(st) + ")");
     }
-    check(st, "cudaStreamWaitEvent", "(a native event, on " + device_.str() + ")");
+    check(st, "cudaStreamWaitEvent", [&] { return "(a native event, on " + device_.str() + ")"; });
   }
   void* create() override {
     DeviceScope scope(device_);
@@ -52,7 +52,7 @@ class CudaNativeEvents final : public detail::NativeEvents {
   }
   void record(void* event, void* native_stream) override {
     check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(native_stream)),
-          "cudaEventRecord", "(Event::native_handle on " + device_.str() + ")");
+          "cudaEventRecord", [&] { return "(Event::native_handle on " + device_.str() + ")"; });
   }
   void destroy(void* event) noexcept override {
     DeviceScope scope(device_.index(), std::nothrow);

@@ -278,7 +278,7 @@ Ref<Storage> allocate_device(Device device, std::size_t bytes, cudaStream_t stre
       block_cache().release_all(device.index());
       st = cudaMallocAsync(&p, size, stream);
     }
-    check(st, "cudaMallocAsync", "for " + std::to_string(bytes) + " bytes on " + device.str());
+    check(st, "cudaMallocAsync", [&] { return "for " + std::to_string(bytes) + " bytes on " + device.str(); });
   }
   try {
     return Ref<Storage>(new DeviceStorage(p, bytes, device));

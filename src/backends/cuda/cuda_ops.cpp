@@ -160,7 +160,7 @@ class CudaKernels final : public ops::Kernels {
     copy_on(staging->data(), src.storage->data(), bytes, cudaMemcpyDeviceToHost, stream, src.device);
     const cudaError_t e = cudaStreamSynchronize(stream);
     if (e != cudaSuccess) [[unlikely]] {
-      check(e, "cudaStreamSynchronize", "(copy from " + src.device.str() + ")");
+      check(e, "cudaStreamSynchronize", [&] { return "(copy from " + src.device.str() + ")"; });
     }
     std::memcpy(host, staging->data(), bytes);
   }
@@ -193,7 +193,7 @@ class CudaKernels final : public ops::Kernels {
     const int src_index = src.device.index(), dst_index = dst.device.index();
     return {.run = [=] {
       check(cudaMemcpyPeerAsync(to, dst_index, from, src_index, bytes, h), "cudaMemcpyPeerAsync",
-            "(cuda:" + std::to_string(src_index) + " to cuda:" + std::to_string(dst_index) + ")");
+            [&] { return "(cuda:" + std::to_string(src_index) + " to cuda:" + std::to_string(dst_index) + ")"; });
     }};
   }
 

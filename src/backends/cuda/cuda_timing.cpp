@@ -171,7 +171,8 @@ detail::Ref<detail::Stamp> Timing::stamp(int device, cudaStream_t stream) {
   StampPool& pool = stamp_pool();
   cudaEvent_t ev = pool.take(device);
   if (!ev) {
-    check(cudaEventCreate(&ev), "cudaEventCreate", "(a marker's event on cuda:" + std::to_string(device) + ")");
+    check(cudaEventCreate(&ev), "cudaEventCreate",
+          [&] { return "(a marker's event on cuda:" + std::to_string(device) + ")"; });
   }
   if (cudaError_t st = cudaEventRecord(ev, stream); st != cudaSuccess) {
     pool.give(device, ev);
