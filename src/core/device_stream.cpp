@@ -1,13 +1,45 @@
 // The device-stream engine (device_stream.hpp).
 #include "core/device_stream.hpp"
 
+#include <limits>
 #include <new>
 #include <optional>
 #include <utility>
 
 namespace eventide::detail {
 
-DeviceStream::DeviceStream(Device device, std::uint64_t id, Ref<Timeline> timeline, DeviceEngine& engine)
+namespace {
+
+// Raises `word` to `seq`; whether it was below.
+bool raise(std::atomic<std::uint64_t>& word, std::uint64_t seq) noexcept {
+  std::uint64_t before = word.load(std::memory_order_relaxed);
+  while (before < seq) {
+    if (word.compare_exchange_weak(before, seq, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void DeviceTimeline::demanded(std::uint64_t seq, Demand how) noexcept {
+  const bool first = raise(demanded_, seq);
+  if (how == Demand::now) {
+    std::shared_ptr<DeviceStream> stream;
+    {
+      std::lock_guard lock(stream_mu_);
+      stream = stream_.lock();
+    }
+    if (stream) stream->publish_for(seq);
+  }
+  if (first) engine_.demanded();
+}
+
+void DeviceTimeline::listener_added(std::uint64_t seq) noexcept {
+  raise(demanded_, seq);
+  engine_.wake();
+}
+
+DeviceStream::DeviceStream(Device device, std::uint64_t id, Ref<DeviceTimeline> timeline, DeviceEngine& engine)
     : StreamState(device, id, std::move(timeline)), engine_(engine) {}
 
 // The watcher holds the stream while work is in flight or held: nothing is left here.
@@ -58,6 +90,9 @@ void DeviceStream::order_after(const Dep& dep, bool& decided_later) {
   // Whether it failed is known only once it has finished: this Work's error is decided then.
   if (dep.kind != DepKind::order) decided_later = true;
   if (&w.timeline() == &timeline()) return;  // before it on this stream: ordered already
+  // Its end must be in its device's queue before this stream waits for it there (the device
+  // must never wait for the host to publish).
+  if (device_wait_reads_publication(w)) w.timeline().demand(w.seq(), Demand::now);
   wait_on_device(w);  // host-side deps are done (the Work was held until they were)
 }
 
@@ -103,6 +138,12 @@ void DeviceStream::submit(Ref<Work> work) noexcept {
   std::exception_ptr lost;
   {
     std::lock_guard lock(launch_mu_);
+    if (!attached_) [[unlikely]] {
+      DeviceTimeline& t = device_timeline();
+      std::lock_guard attach(t.stream_mu_);
+      t.stream_ = std::static_pointer_cast<DeviceStream>(shared_from_this());
+      attached_ = true;
+    }
     last_seq_ = work->seq();
     const Dep* waits = nullptr;  // what it must be held for (behind held work: held anyway)
     if (held_.empty() && !work->error() && !engine_.broken()) {
@@ -129,6 +170,9 @@ void DeviceStream::submit(Ref<Work> work) noexcept {
 }
 
 void DeviceStream::release_if_due() noexcept {
+  // A load first: the watcher calls this on every turn, and a write each time would take the
+  // cache line from the launching thread, which writes beside it on every launch.
+  if (!release_due_.load(std::memory_order_relaxed)) return;
   if (!release_due_.exchange(false, std::memory_order_acq_rel)) return;
   std::exception_ptr lost;
   {
@@ -194,7 +238,7 @@ std::exception_ptr DeviceStream::launch_locked(Ref<Work> work) noexcept {
     fail(std::current_exception());
   }
   try {
-    publish(*work);
+    end_and_publish(*work);
   } catch (...) {
     // Without the publication of its end the timeline cannot move: the device is in trouble.
     lost = std::current_exception();
@@ -214,6 +258,73 @@ std::exception_ptr DeviceStream::launch_locked(Ref<Work> work) noexcept {
   }
   watch_or_wake(newly_watched);
   return lost;
+}
+
+void DeviceStream::end_and_publish(Work& work) {
+  end_work(work);
+  std::lock_guard lock(publish_mu_);
+  const std::uint64_t seq = work.seq();
+  launched_through_.store(seq, std::memory_order_release);
+  const std::uint64_t published = published_through_.load(std::memory_order_relaxed);
+  if (can_publish_later() && seq - published < kPublishEvery &&
+      device_timeline().demanded_.load(std::memory_order_relaxed) <= published) {
+    return;  // left for later: the next launch, the watcher, or whoever looks for it
+  }
+  publish_through(seq);
+  published_through_.store(seq, std::memory_order_release);
+}
+
+void DeviceStream::publish_launched_locked() {
+  const std::uint64_t launched = launched_through_.load(std::memory_order_relaxed);
+  if (published_through_.load(std::memory_order_relaxed) >= launched) return;
+  publish_through(launched);
+  published_through_.store(launched, std::memory_order_release);
+}
+
+void DeviceStream::publish_for(std::uint64_t seq) noexcept {
+  if (published_through_.load(std::memory_order_acquire) >= seq) return;
+  std::lock_guard lock(publish_mu_);
+  if (published_through_.load(std::memory_order_relaxed) >= seq) return;
+  try {
+    publish_launched_locked();
+  } catch (...) {
+    if (!publish_failed_) publish_failed_ = std::current_exception();
+    has_publish_failed_.store(true, std::memory_order_release);
+  }
+}
+
+void DeviceStream::publish_now() noexcept {
+  // (No launch lock: this may be called from a body, under it. A launch asks
+  // can_publish_later() under publish_mu_: one that asks after this sees the new answer, and
+  // what one before it left is published here.)
+  publish_for(std::numeric_limits<std::uint64_t>::max());
+}
+
+void DeviceStream::publish_if_due(std::chrono::steady_clock::time_point now) noexcept {
+  std::exception_ptr lost;
+  if (has_publish_failed_.load(std::memory_order_acquire)) [[unlikely]] {
+    std::lock_guard lock(publish_mu_);
+    lost = std::exchange(publish_failed_, nullptr);
+    has_publish_failed_.store(false, std::memory_order_relaxed);
+  }
+  const std::uint64_t launched = launched_through_.load(std::memory_order_acquire);
+  const std::uint64_t published = published_through_.load(std::memory_order_acquire);
+  if (!lost && launched > published) {
+    if (launched != quiet_launched_) {  // launched since the last look: quiet from now on
+      quiet_launched_ = launched;
+      quiet_since_ = now;
+    }
+    if (device_timeline().demanded_.load(std::memory_order_relaxed) > published ||
+        now - quiet_since_ >= kQuietBeforePublish) {
+      std::lock_guard lock(publish_mu_);
+      try {
+        publish_launched_locked();
+      } catch (...) {
+        lost = std::current_exception();
+      }
+    }
+  }
+  if (lost) engine_.mark_broken(lost);
 }
 
 bool DeviceStream::retire() noexcept {

@@ -18,6 +18,17 @@
 //   goes to the device, followed by the publication of its end. Whether a dependency that is
 //   still running fails is known only later: the error is decided when first read
 //   (Work::decide_error_later). Then it is in flight.
+// * Published (publish_through): the timeline shows a Work finished once the device has
+//   written its number into the counter. Where the backend allows it (can_publish_later), a
+//   launch leaves that write for later, so that a burst of Works is published once, after its
+//   last, instead of after each (the write costs about as much host time as a tiny kernel's
+//   launch): the publication is made by the next launch at least every kPublishEvery Works, by
+//   the watcher once the stream has had no launch for kQuietBeforePublish, and at once for
+//   whoever looks for one of the Works (Timeline::demand, through DeviceTimeline): a host
+//   wait and another stream's wait on the device publish on their own thread before they
+//   wait (so the device never waits for the host to publish: a launch that stalls behind a
+//   device-wide synchronization cannot deadlock it), a listener or a poll has the watcher do
+//   it at its next turn.
 // * Retired (retire(), the watcher's turn): in-flight Works the timeline shows finished leave
 //   the list oldest first; their deferred errors are decided, the backend takes their timing,
 //   and what they held (memory, the body) is released.
@@ -25,8 +36,10 @@
 //   device's error, and the timeline passes it.
 //
 // The engine's state and locks: the launch lock (launch_mu_) orders launches (submit's direct
-// ones and the watcher's releases) and guards the held list; the in-flight lock guards the
-// in-flight list. Neither is held while calling out to users' objects. The lists are linked
+// ones and the watcher's releases) and guards the held list; the publication lock
+// (publish_mu_) orders the counter's writes, and is a leaf: nothing is locked under it, and
+// any thread may take it while holding a launch lock (its own stream's); the in-flight lock
+// guards the in-flight list. None is held while calling out to users' objects. The lists are linked
 // through the Works (WorkList): submit, launch and retire allocate nothing that could fail,
 // but a release listener (when one cannot be had, the watcher looks at the held work on each
 // of its turns).
@@ -36,11 +49,13 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
 
 #include "core/runtime_lock.hpp"
+#include "core/spin_lock.hpp"
 #include "core/stream_state.hpp"
 #include "core/work_list.hpp"
 
@@ -57,14 +72,51 @@ class DeviceEngine {
   // The device has failed with `error` (the first one stays): everything in flight and held
   // on its streams fails (their abandon()), and later work fails at once.
   virtual void mark_broken(std::exception_ptr error) noexcept = 0;
-  // Something for the watcher to look at soon: new work in flight, held work due.
+  // Something for the watcher to look at soon: new work in flight, held work due, a listener.
   virtual void wake() noexcept = 0;
+  // Someone looks for a fence (Timeline::demand): the watcher looks soon, without taking it
+  // for progress (a poll loop would otherwise keep it from ever checking the device's health).
+  virtual void demanded() noexcept { wake(); }
   // Puts `stream` (work in flight or held) on the watcher's list. Allocates nothing.
   virtual void watch(std::shared_ptr<DeviceStream> stream) noexcept = 0;
 };
 
+// The timeline of a DeviceStream: a counter the device writes, whose publication may be late
+// (see "Published" above). demand() reaches the stream, which the timeline may outlive.
+//
+// Thread-safety: all members, from any thread.
+class DeviceTimeline : public Timeline {
+ protected:
+  DeviceTimeline(std::string name, std::atomic<std::uint64_t>* counter, DeviceEngine& engine)
+      : Timeline(std::move(name), counter), engine_(engine) {}
+
+  // Demand::now publishes on this thread through the stream, if it is still there (a Work not
+  // launched yet is published by its launch, which sees the demand). The watcher is told of
+  // a fence demanded for the first time (a poll loop tells it once).
+  void demanded(std::uint64_t seq, Demand how) noexcept override;
+  // A listener is a demand too; the watcher then watches closely until it has fired.
+  void listener_added(std::uint64_t seq) noexcept override;
+
+ private:
+  friend class DeviceStream;
+
+  DeviceEngine& engine_;
+  // The highest fence demanded so far (relaxed: launches and the watcher's turns read it
+  // under publish_mu_ or act on it at their next look).
+  std::atomic<std::uint64_t> demanded_{0};
+  // The stream that publishes this timeline's counter, from its first submit on.
+  SpinLock stream_mu_;
+  std::weak_ptr<DeviceStream> stream_;
+};
+
 class DeviceStream : public StreamState {
  public:
+  // At least every this many Works launched one after the other, the launch publishes.
+  static constexpr std::uint64_t kPublishEvery = 16;
+  // How long a stream goes without a launch before the watcher publishes what it left
+  // unpublished: longer than the host takes between the ops of a burst, short beside a wait.
+  static constexpr std::chrono::microseconds kQuietBeforePublish{20};
+
   ~DeviceStream() override;
 
   // --- For the watcher's turn ---
@@ -72,6 +124,10 @@ class DeviceStream : public StreamState {
   void release_if_due() noexcept;
   // Retires what has finished; true if work is still in flight or held.
   bool retire() noexcept;
+  // Publishes what was launched and left unpublished once it is due (demanded, or the stream
+  // has been quiet for kQuietBeforePublish by `now`), and reports a publication that failed
+  // on another thread (the device is then lost). The watcher's turn alone.
+  void publish_if_due(std::chrono::steady_clock::time_point now) noexcept;
   // Fails everything in flight and held with `error` and passes the timeline beyond it (the
   // device is lost).
   void abandon(const std::exception_ptr& error) noexcept;
@@ -79,8 +135,8 @@ class DeviceStream : public StreamState {
   std::size_t held_count() const noexcept { return held_count_.load(std::memory_order_acquire); }
 
  protected:
-  // `timeline` is device-written (the device publishes each Work's end into its counter).
-  DeviceStream(Device device, std::uint64_t id, Ref<Timeline> timeline, DeviceEngine& engine);
+  // `timeline`: the device publishes each Work's end into its counter.
+  DeviceStream(Device device, std::uint64_t id, Ref<DeviceTimeline> timeline, DeviceEngine& engine);
 
   void submit(Ref<Work> work) noexcept final;
 
@@ -98,6 +154,13 @@ class DeviceStream : public StreamState {
   // Orders what this stream launches next after `producer` on the device (can_wait_on_device
   // said it can).
   virtual void wait_on_device(const Work& producer) = 0;
+  // Whether that wait reads the producer's publication (its stream's counter): the engine then
+  // has it published first. False where it waits on something of the producer's own (an event
+  // recorded at a marker's point), which needs no publication.
+  virtual bool device_wait_reads_publication(const Work& producer) noexcept {
+    (void)producer;
+    return true;
+  }
   // Around the steps of one launch (a device made current on the thread, say).
   virtual void begin_launch() {}
   virtual void end_launch() noexcept {}
@@ -105,9 +168,18 @@ class DeviceStream : public StreamState {
   virtual void launch_body(Work& work) = 0;
   // Places a timed marker (Work::is_marker, timing on) in the device's stream: its stamp.
   virtual void launch_marker(Work& work) = 0;
-  // Publishes the end of `work`: the timeline shows it finished once the device has run it.
-  // Throws if it cannot: the device is then taken for lost.
-  virtual void publish(Work& work) = 0;
+  // The device's part of the end of `work`, after its body or marker and before its
+  // publication, for each Work (an event recorded after it; a fake device's time). Throws if
+  // it cannot: the device is then taken for lost.
+  virtual void end_work(Work& work) { (void)work; }
+  // Whether the counter's write may be left for later and made from any thread, for many
+  // Works at once (see "Published" above). Asked at each launch, under publish_mu_.
+  virtual bool can_publish_later() const noexcept { return false; }
+  // Publishes the end of every Work launched through `seq`: the timeline shows them finished
+  // once the device has run them. Under publish_mu_: from the launch (for each Work, where the
+  // backend cannot publish later), else from any thread, with no device made current by
+  // begin_launch. Throws if it cannot: the device is then taken for lost.
+  virtual void publish_through(std::uint64_t seq) = 0;
   // Where work may not be held (it would be launched by another thread, and that is not
   // allowed here): the error `work` fails with for waiting on `dep`; null where it may be.
   virtual std::exception_ptr unholdable(const Work& work, const Dep& dep) noexcept;
@@ -124,16 +196,32 @@ class DeviceStream : public StreamState {
   // here).
   virtual void reached(std::uint64_t seq) noexcept;
   // `work` has finished and leaves the stream: its timing is the backend's to take, and what
-  // publish() took for it goes back. Its execution state is released after this.
+  // end_work() took for it goes back. Its execution state is released after this.
   virtual void retired(Work& work) noexcept;
   // Abandon side: what the device still holds of this stream's work is dropped (a fake
   // device's queue). Under no engine lock.
   virtual void drop_native_work() noexcept {}
 
   DeviceEngine& engine() const noexcept { return engine_; }
+  // Publishes everything launched so far: for a backend whose can_publish_later() has just
+  // turned false (the native stream was handed out), after which nothing is left for later.
+  // From any thread, also from a body (under the launch lock). A failure is left for the
+  // watcher to report.
+  void publish_now() noexcept;
 
  private:
   friend class ReleaseListener;
+  friend class DeviceTimeline;
+
+  DeviceTimeline& device_timeline() const noexcept { return static_cast<DeviceTimeline&>(timeline()); }
+  // After `work`'s launch (under launch_mu_): its end in the device's queue, and published now
+  // or left for later. Throws if the device cannot take them.
+  void end_and_publish(Work& work);
+  // Publishes what was launched, if `seq` is not published yet (Demand::now); a failure is left
+  // for the watcher to report (the caller may hold a launch lock, which the device's loss takes).
+  void publish_for(std::uint64_t seq) noexcept;
+  // Under publish_mu_: publishes everything launched. Throws as publish_through does.
+  void publish_launched_locked();
 
   // Has the watcher release held work when the host-side work the first held Work waits for
   // finishes. Under launch_mu_.
@@ -157,6 +245,21 @@ class DeviceStream : public StreamState {
   std::atomic<std::size_t> held_count_{0};
   std::atomic<bool> release_due_{false};
   std::uint64_t last_seq_ = 0;  // the last Work submitted (held or launched)
+
+  bool attached_ = false;  // the timeline knows this stream (DeviceTimeline::stream_); under launch_mu_
+
+  RuntimeMutex publish_mu_;
+  // The last Work whose device part is in the device's queue, and the last whose publication
+  // is (written under publish_mu_; read without it to see whether anything is left).
+  std::atomic<std::uint64_t> launched_through_{0};
+  std::atomic<std::uint64_t> published_through_{0};
+  // A publication made for someone else that failed (their thread could not report it): the
+  // watcher's next turn reports the device lost. Under publish_mu_.
+  std::exception_ptr publish_failed_;
+  std::atomic<bool> has_publish_failed_{false};
+  // The watcher's look at how long the stream has been quiet (its thread alone).
+  std::uint64_t quiet_launched_ = 0;
+  std::chrono::steady_clock::time_point quiet_since_{};
 
   RuntimeMutex inflight_mu_;
   WorkList inflight_;

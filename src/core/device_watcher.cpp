@@ -180,9 +180,11 @@ void DeviceWatcher::run() noexcept {
     bool progress = wakes != wakes_seen;
     wakes_seen = wakes;
     bool listened = false;
+    const auto now = Clock::now();
     auto look_after = [&](DeviceStream& stream) {
       const std::uint64_t before = stream.timeline().completed();
       stream.release_if_due();
+      stream.publish_if_due(now);
       bool more = stream.retire();
       if (stream.timeline().completed() != before || !more) progress = true;
       if (stream.timeline().has_listeners()) listened = true;
@@ -205,7 +207,6 @@ void DeviceWatcher::run() noexcept {
       for_each_watched(look_after);
     }
     maintain();
-    const auto now = Clock::now();
     if (progress) {
       last_progress = now;
       sleep = kFirstSleep;

@@ -72,6 +72,8 @@ class DeviceWatcher {
     wakes_.fetch_add(1, std::memory_order_release);
     parker_->unpark();
   }
+  // A look soon, not taken for progress (DeviceEngine::demanded).
+  void look_soon() noexcept { parker_->unpark(); }
   // Fails everything in flight and held on the listed streams with `error` (the device is
   // lost).
   void abandon_all(const std::exception_ptr& error) noexcept;

@@ -255,6 +255,8 @@ bool EventState::poll() noexcept {
     std::lock_guard lock(mu_);
     refresh_locked(actions);
     finished = finished_locked();
+    // Someone looks: the device's watcher publishes (soon: lock-free, allocates nothing).
+    for (const Ref<Work>& w : pending_) w->timeline().demand(w->seq(), Demand::soon);
   }
   run(actions);
   return finished;

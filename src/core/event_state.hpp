@@ -70,8 +70,12 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // another device): checked before a marker is placed on `stream` for it.
   void check_device(Device device, const StreamState& stream);
 
+  // (A poll that finds the event pending demands the publication of its work: Timeline::demand.)
   bool poll() noexcept;
   EventStatus status() noexcept;
+  // Demands the publication of the work the event is tied to (Timeline::demand); Demand::now
+  // publishes on this thread, outside the event's lock.
+  void demand(Demand how) noexcept;
   // Blocks until finished (true) or the deadline (false). StateError if EMPTY. Does not
   // throw the tied work's error: see error().
   bool wait_until(const Deadline& deadline);

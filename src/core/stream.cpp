@@ -156,7 +156,13 @@ void StreamState::wait(EventState& event) {
   submit_locked(work);
 }
 
-bool StreamState::query() const { return own_work_done() && native_idle(); }
+bool StreamState::query() const {
+  if (!own_work_done()) {
+    timeline_->demand(enqueued(), Demand::soon);  // someone looks
+    return false;
+  }
+  return native_idle();
+}
 
 bool StreamState::own_work_done() const { return timeline_->passed(enqueued()); }
 

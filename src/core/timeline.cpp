@@ -147,7 +147,7 @@ std::uint64_t Timeline::insert(std::uint64_t seq, Listener* listener) noexcept {
   if (counter_->load(std::memory_order_seq_cst) >= seq) {
     notify();  // advance() may have run between the check above and the insertion
   } else {
-    listener_added();
+    listener_added(seq);
   }
   return id;
 }

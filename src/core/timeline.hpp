@@ -41,6 +41,18 @@ namespace eventide::detail {
 
 class Work;
 
+// How soon someone looking for a fence wants a device that publishes its progress late
+// (Timeline::demand) to publish it.
+enum class Demand {
+  // By the device's watcher, at its next turn: from anywhere, under any lock (a listener
+  // registered, a poll that found the work unfinished).
+  soon,
+  // On the calling thread, before demand() returns: the publication is then in the device's
+  // queue. For callers that hold no lock of the engine's but their own stream's launch lock
+  // (a host wait, a launch that waits for the work on the device).
+  now,
+};
+
 class Listener {
  public:
   Listener() noexcept = default;
@@ -143,6 +155,16 @@ class Timeline : public RefCounted {
   // then see the work end by reading it, without waiting to be woken (WaitPacer).
   bool device_written() const noexcept { return device_written_; }
 
+  // Someone looks for `seq` to pass. A device may publish its progress late (a GPU stream
+  // writes its counter after a burst of work, not after every op: DeviceStream), so whoever
+  // waits for a fence, or listens for it, or polls it and finds it unfinished, says so here,
+  // and the device publishes it `how` soon. Nothing for the host's own timelines, or once
+  // passed. Whoever only polls is not left waiting for ever without it: a device's watcher
+  // publishes what a quiet stream left unpublished within microseconds.
+  void demand(std::uint64_t seq, Demand how) noexcept {
+    if (device_written_ && !passed(seq)) demanded(seq, how);
+  }
+
   // Whether a listener is registered (the watcher of a GPU timeline watches only those).
   bool has_listeners() const noexcept {
     return min_target_.load(std::memory_order_acquire) != kNone;
@@ -152,8 +174,13 @@ class Timeline : public RefCounted {
   // A timeline whose counter lives elsewhere (pinned memory written by a device).
   Timeline(std::string name, std::atomic<std::uint64_t>* counter)
       : name_(std::move(name)), counter_(counter), device_written_(true) {}
-  // Called after a listener is registered on a fence not yet passed.
-  virtual void listener_added() noexcept {}
+  // What demand() asks of a device-written timeline (DeviceTimeline: core/device_stream.hpp).
+  virtual void demanded(std::uint64_t seq, Demand how) noexcept {
+    (void)seq;
+    (void)how;
+  }
+  // Called after a listener is registered on `seq`, not yet passed.
+  virtual void listener_added(std::uint64_t seq) noexcept { (void)seq; }
 
  private:
   static constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();

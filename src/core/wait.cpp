@@ -20,6 +20,7 @@ namespace detail {
 namespace {
 
 bool wait_for_pending_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadline) {
+  timeline.demand(seq, Demand::now);  // a device that publishes late publishes it first
   if (spin_until([&] { return timeline.passed(seq); }, deadline)) return true;
   const Ref<Parker>& parker = this_thread_parker();
   // Out of memory for the wake-up: the waiter looks at the timeline between short naps.
@@ -53,6 +54,26 @@ bool wait_for_fence(Timeline& timeline, std::uint64_t seq, const Deadline& deadl
   o->on_host_wait(WaitTarget::of_fence(timeline, seq), {}, start, host_now_ns(),
                   done ? WaitResult::finished : WaitResult::timed_out);
   return done;
+}
+
+void EventState::demand(Demand how) noexcept {
+  SmallVector<Ref<Work>, 2> now;  // published outside the lock: it writes to a device
+  {
+    std::lock_guard lock(mu_);
+    for (const Ref<Work>& w : pending_) {
+      if (w->done()) continue;
+      try {
+        if (how == Demand::now) {
+          now.push_back(w);
+          continue;
+        }
+      } catch (...) {
+        // Out of memory for the list: the watcher publishes it instead, at its next turn.
+      }
+      w->timeline().demand(w->seq(), Demand::soon);
+    }
+  }
+  for (const Ref<Work>& w : now) w->timeline().demand(w->seq(), Demand::now);
 }
 
 bool EventState::wait_until(const Deadline& deadline) {
@@ -92,7 +113,10 @@ bool EventState::wait_pending(const Deadline& deadline, std::uint64_t finished_b
       std::lock_guard lock(mu_);
       for (const Ref<Work>& w : pending_) watch.push_back(w);
     }
-    for (const Ref<Work>& w : watch) device_written = device_written || w->timeline().device_written();
+    for (const Ref<Work>& w : watch) {
+      device_written = device_written || w->timeline().device_written();
+      w->timeline().demand(w->seq(), Demand::now);  // a device that publishes late publishes it first
+    }
     auto all_done = [&] {
       for (const Ref<Work>& w : watch) {
         if (!w->done()) return false;
@@ -239,6 +263,7 @@ std::optional<std::size_t> wait_any_by(std::span<const Event> events, const deta
   };
   if (auto i = first_finished_since()) return i;
   if (detail::expired(deadline)) return std::nullopt;
+  for (const Entry& e : entries) e.state->demand(detail::Demand::now);
   std::optional<std::size_t> spun;
   if (detail::spin_until([&] { return (spun = first_finished_since()).has_value(); }, deadline)) {
     return spun;

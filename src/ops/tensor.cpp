@@ -27,7 +27,9 @@ Device Tensor::device() const { return checked(state_, "device").device; }
 
 bool Tensor::ready() const {
   auto producer = checked(state_, "ready").producer();
-  return !producer || producer->done();
+  if (!producer || producer->done()) return true;
+  producer->timeline().demand(producer->seq(), detail::Demand::soon);  // someone looks
+  return false;
 }
 
 void Tensor::wait() const { (void)wait_until(std::nullopt); }

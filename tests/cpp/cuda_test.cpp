@@ -272,6 +272,25 @@ TEST(CudaTest, ATimedMarkerIsWaitedForOnTheGpuAndSeenSoonByAPollLoop) {
   });
 }
 
+// A body runs under its stream's launch lock. One that hands out its own stream's native
+// handle for the first time (as the IPC export's record does) exposes the stream: what its
+// launches left unpublished is published then, without the launch lock (issue 28, item 6).
+TEST(CudaTest, ABodyMayHandOutItsOwnStreamsNativeHandle) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Stream s(kGpu);
+    ev::Event before = s.enqueue("before", [] {});  // its publication left for later
+    void* seen = nullptr;
+    ev::Event e = s.enqueue("asks", [&s, &seen] { seen = s.native_handle(); });
+    EXPECT_TRUE(e.wait_for(10s));
+    EXPECT_TRUE(before.poll());
+    EXPECT_NE(seen, nullptr);
+    // Exposed: from now on every op publishes at once (another library may capture it).
+    ev::Event after = s.enqueue("after", [] {});
+    EXPECT_TRUE(after.wait_for(10s));
+  });
+}
+
 TEST(CudaTest, TimeElapsedIsTheKernelsOwnTimeWithinOneMicrosecond) {
   REQUIRE_GPU();
   run_with_deadline([] {

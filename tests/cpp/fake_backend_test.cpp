@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/device_stream.hpp"
 #include "fake/fake_backend.hpp"
 #include "test_util.hpp"
 
@@ -93,14 +94,15 @@ TEST(FakeBackendTest, MarkersFollowEarlierWorkAndTimeThePointsBetweenThem) {
     ev::Event start, end;
     start.record(s);
     ev::Event op = s.enqueue("op", [] {});
-    s.enqueue("op", [] {});
-    end.record(s);
     EXPECT_FALSE(start.poll());
-    EXPECT_EQ(fake::run(s, 2), 2u);  // the first marker and one op
+    EXPECT_EQ(fake::run(s), 2u);  // the first marker and one op
     EXPECT_TRUE(start.poll());
     EXPECT_TRUE(op.poll());
+    s.enqueue("op", [] {});
+    end.record(s);
+    EXPECT_EQ(fake::run(s, 1), 1u);
     EXPECT_FALSE(end.poll());  // the marker after the second op has not been reached
-    EXPECT_EQ(fake::run(s), 2u);
+    EXPECT_EQ(fake::run(s), 1u);
     EXPECT_TRUE(end.poll());
     fake::deliver_timings(kFake0);
     EXPECT_DOUBLE_EQ(start.elapsed_time(end).count(), 0.004);  // two 2 µs ops, in ms
@@ -250,15 +252,21 @@ TEST(FakeBackendTest, AStickyDeviceErrorFailsEverythingAndSynchronizeRaisesIt) {
     ev::Stream s(kFake1);
     ev::UserEvent gate;
     ev::Event ran = s.enqueue("ran", [] {});
+    fake::run(s);
+    // Run by the device, its end not published yet (issue 28, item 6): whether it finished
+    // was never seen, so it is not reported finished (nor are its results readable on a
+    // failed device).
+    ev::Event unseen = s.enqueue("unseen", [] {});
+    EXPECT_EQ(fake::run(s, SIZE_MAX, fake::Progress::device_only), 1u);
     ev::Event queued = s.enqueue("queued", [] {});
     s.wait(gate);
     ev::Event held = s.enqueue("held", [] {});
-    fake::run(s, 1);
     auto sync = std::async(std::launch::async, [] { ev::synchronize(kFake1); });
     EXPECT_TRUE(still_blocked(sync));
     fake::fail_device(kFake1, "a kernel trapped");
     EXPECT_THROW_MSG(sync.get(), ev::DeviceError, "a kernel trapped");
     EXPECT_EQ(ran.error(), nullptr);
+    EXPECT_THROW_MSG(unseen.wait(), ev::DeviceError, "a kernel trapped");
     EXPECT_THROW_MSG(queued.wait(), ev::DeviceError, "a kernel trapped");
     EXPECT_THROW_MSG(held.wait(), ev::DeviceError, "a kernel trapped");
     // Sticky: later work fails, and synchronize keeps raising, never hangs.
@@ -356,6 +364,99 @@ TEST(FakeBackendTest, WorkBehindHeldWorkOfAnotherStreamIsHeldUntilThatHasRun) {
     EXPECT_EQ(fake::run(b), 2u);   // released once `first` has finished
     EXPECT_TRUE(second.poll());
     EXPECT_EQ(second.error(), nullptr);
+  });
+}
+
+// Issue 28, item 6: a device stream publishes a burst of work once, after its last Work,
+// instead of writing its counter after each (DeviceStream's "Published"); whoever looks for
+// one of the Works has it published, and nothing is ever shown finished before it has run.
+using eventide::detail::DeviceStream;
+
+TEST(FakeBackendTest, ABurstOfWorkIsPublishedOnceWhenTheStreamIsQuiet) {
+  run_with_deadline([] {
+    ev::Stream s(kFake0);
+    std::vector<ev::Event> ops;
+    for (int i = 0; i < 5; ++i) ops.push_back(s.enqueue("op", [] {}));
+    EXPECT_EQ(fake::run(s, SIZE_MAX, fake::Progress::device_only), 5u);
+    EXPECT_EQ(fake::writes(s), 0u);
+    EXPECT_FALSE(ops.back().poll());  // run, but not published: not finished
+    EXPECT_FALSE(ops.front().poll());
+    fake::look(s);  // (one look does not see the stream quiet, but the polls demanded it)
+    EXPECT_EQ(fake::run(s, SIZE_MAX, fake::Progress::device_only), 0u);  // the write alone
+    EXPECT_EQ(fake::writes(s), 1u);
+    for (const ev::Event& e : ops) EXPECT_TRUE(e.poll());
+    // Undemanded, the watcher publishes once the stream has been quiet (run's two looks).
+    ev::Event later = s.enqueue("later", [] {});
+    fake::look(s);
+    EXPECT_EQ(fake::run(s, SIZE_MAX, fake::Progress::device_only), 1u);
+    EXPECT_EQ(fake::writes(s), 1u);
+    EXPECT_EQ(fake::run(s), 0u);
+    EXPECT_EQ(fake::writes(s), 2u);
+    EXPECT_TRUE(later.poll());
+  });
+}
+
+TEST(FakeBackendTest, ALaunchPublishesAtLeastEveryFewWorks) {
+  run_with_deadline([] {
+    ev::Stream s(kFake0);
+    const std::size_t n = 2 * DeviceStream::kPublishEvery + 1;
+    std::vector<ev::Event> ops;
+    for (std::size_t i = 0; i < n; ++i) ops.push_back(s.enqueue("op", [] {}));
+    EXPECT_EQ(fake::run(s, SIZE_MAX, fake::Progress::device_only), n);
+    EXPECT_EQ(fake::writes(s), 2u);  // after the 16th and the 32nd
+    EXPECT_TRUE(ops[n - 2].poll());
+    EXPECT_FALSE(ops[n - 1].poll());
+    fake::run(s);
+    EXPECT_TRUE(ops[n - 1].poll());
+  });
+}
+
+TEST(FakeBackendTest, AHostWaitPublishesOnItsOwnThreadBeforeItWaits) {
+  run_with_deadline([] {
+    ev::Stream s(kFake0);
+    ev::Event e = s.enqueue("op", [] {});
+    EXPECT_EQ(fake::run(s, SIZE_MAX, fake::Progress::device_only), 1u);
+    auto waiter = std::async(std::launch::async, [&] { return e.wait_for(20s); });
+    EXPECT_TRUE(still_blocked(waiter));  // the write is queued behind the op, not run yet
+    // No watcher's look: the waiter itself put the publication into the device's queue.
+    EXPECT_EQ(fake::run(s, SIZE_MAX, fake::Progress::device_only), 0u);
+    EXPECT_EQ(fake::writes(s), 1u);
+    EXPECT_TRUE(waiter.get());
+    fake::notify(s);
+  });
+}
+
+TEST(FakeBackendTest, AWaitOnTheDevicePublishesTheOtherStreamsWorkBeforeItWaits) {
+  run_with_deadline([] {
+    ev::Stream a(kFake0), b(kFake0);
+    ev::Event first = a.enqueue("first", [] {});
+    b.wait(first);
+    ev::Event second = b.enqueue("second", [] {});
+    // b's launch put a's publication into a's queue: the device needs no host to go on.
+    EXPECT_EQ(fake::run(a, SIZE_MAX, fake::Progress::device_only), 1u);
+    EXPECT_EQ(fake::writes(a), 1u);
+    EXPECT_EQ(fake::run(b, SIZE_MAX, fake::Progress::device_only), 2u);  // the wait, the op
+    EXPECT_FALSE(second.poll());  // b's own end is left for later
+    fake::run(b);
+    EXPECT_TRUE(second.poll());
+    EXPECT_EQ(second.error(), nullptr);
+  });
+}
+
+TEST(FakeBackendTest, AListenerHasTheWatcherPublishAtItsNextLook) {
+  run_with_deadline([] {
+    ev::Stream s(kFake0);
+    ev::Event e = s.enqueue("op", [] {});
+    fake::look(s);
+    EXPECT_EQ(fake::run(s, SIZE_MAX, fake::Progress::device_only), 1u);
+    EXPECT_EQ(fake::writes(s), 0u);  // nobody looked for it, and the stream is not quiet yet
+    std::promise<void> called;
+    e.add_callback([&] { called.set_value(); });
+    fake::look(s);
+    EXPECT_EQ(fake::run(s, SIZE_MAX, fake::Progress::device_only), 0u);
+    EXPECT_EQ(fake::writes(s), 1u);
+    fake::notify(s);
+    EXPECT_EQ(called.get_future().wait_for(20s), std::future_status::ready);
   });
 }
 

@@ -62,10 +62,9 @@ struct CounterWord {
   std::atomic<std::uint64_t> word{0};
 };
 
-class FakeTimeline final : private CounterWord, public detail::Timeline {
+class FakeTimeline final : private CounterWord, public detail::DeviceTimeline {
  public:
-  FakeTimeline(std::string name, FakeDevice& device)
-      : Timeline(std::move(name), &word), device_(device) {}
+  FakeTimeline(std::string name, FakeDevice& device);
   // The device writes its progress (no listener fires: that is the watcher's notify()).
   void write(std::uint64_t seq) noexcept { word.store(seq, std::memory_order_release); }
   void await_timing(Work& work) override;
@@ -166,13 +165,17 @@ class FakeDevice final : public detail::DeviceEngine {
   std::int64_t step_ = 1000;
 };
 
+FakeTimeline::FakeTimeline(std::string name, FakeDevice& device)
+    : DeviceTimeline(std::move(name), &word, device), device_(device) {}
+
 void FakeTimeline::await_timing(Work& work) { device_.await_timing(work); }
 
 // A fake stream on the core's device-stream engine (core/device_stream.hpp), as a GPU's is:
 // the engine holds, launches, retires and abandons; what it launches goes into this stream's
 // native queue, which run() executes as the device would: a wait for another stream's work
-// stops it until that work has run; a body runs; the end of a Work is published by writing
-// its sequence number into the counter.
+// stops it until that work has run; a body runs; a Work's end takes its time; a publication
+// writes a sequence number into the counter. Publications may be left for later, as a GPU
+// stream's are (DeviceStream's "Published").
 class FakeStream final : public detail::DeviceStream {
  public:
   FakeStream(ev::Device device, std::uint64_t id, FakeDevice& owner, int priority = 0)
@@ -187,7 +190,14 @@ class FakeStream final : public detail::DeviceStream {
 
   std::size_t run(std::size_t max, Progress progress) {
     std::lock_guard serial(run_mu_);
-    release_if_due();  // the watcher's part: held work whose host-side work has finished
+    if (progress != Progress::device_only) {
+      // The watcher's part: held work whose host-side work has finished is launched, and what
+      // was left unpublished is published (two looks, the stream quiet in between).
+      release_if_due();
+      const auto now = std::chrono::steady_clock::now();
+      publish_if_due(now);
+      publish_if_due(now + kQuietBeforePublish);
+    }
     std::size_t ran = 0;
     while (ran < max) {
       Command next;
@@ -203,14 +213,25 @@ class FakeStream final : public detail::DeviceStream {
       }
       if (next.kind == Command::body) {
         execute_body(*next.work);
-      } else {
+      } else if (next.kind == Command::end) {
         finish(*next.work);
         ++ran;
+      } else {
+        fake_timeline().write(next.seq);
+        writes_.fetch_add(1, std::memory_order_relaxed);
       }
     }
     if (progress == Progress::notify) turn();
     return ran;
   }
+
+  void look() noexcept {
+    release_if_due();
+    publish_if_due(std::chrono::steady_clock::now());
+  }
+
+  // How many publications the device has written.
+  std::size_t writes() const noexcept { return writes_.load(std::memory_order_relaxed); }
 
   // The watcher's turn for this stream: held work released, finished work retired, the
   // listeners of passed fences fired.
@@ -229,7 +250,9 @@ class FakeStream final : public detail::DeviceStream {
   }
   void launch_body(Work& work) override { push({Command::body, Ref<Work>(&work)}); }
   void launch_marker(Work&) override {}  // its time is taken when the device reaches it
-  void publish(Work& work) override { push({Command::end, Ref<Work>(&work)}); }
+  void end_work(Work& work) override { push({Command::end, Ref<Work>(&work)}); }
+  bool can_publish_later() const noexcept override { return true; }
+  void publish_through(std::uint64_t seq) override { push({Command::write, nullptr, seq}); }
   void drop_native_work() noexcept override {
     std::deque<Command> dropped;
     {
@@ -244,8 +267,9 @@ class FakeStream final : public detail::DeviceStream {
 
  private:
   struct Command {
-    enum Kind { wait, body, end } kind = end;
+    enum Kind { wait, body, end, write } kind = end;
     Ref<Work> work;
+    std::uint64_t seq = 0;  // a write's
   };
 
   void push(Command c) {
@@ -264,7 +288,7 @@ class FakeStream final : public detail::DeviceStream {
     }
     detail::set_running_work(nullptr);
   }
-  // The end of a Work: its time taken (delivered late), its sequence number published.
+  // The end of a Work: its time taken (delivered late). Its publication is a write.
   void finish(Work& work) {
     if (work.timed()) {
       auto [start, end] = owner_.take_time(work.kind() == detail::WorkKind::op);
@@ -272,7 +296,6 @@ class FakeStream final : public detail::DeviceStream {
     } else {
       work.finish_timing();  // nothing to time
     }
-    fake_timeline().write(work.seq());
   }
 
   FakeDevice& owner_;
@@ -280,6 +303,7 @@ class FakeStream final : public detail::DeviceStream {
   std::mutex run_mu_;
   detail::RuntimeMutex mu_;  // the native queue
   std::deque<Command> queue_;
+  std::atomic<std::size_t> writes_{0};
 };
 
 [[noreturn]] void unsupported(const char* op) {
@@ -439,6 +463,8 @@ std::size_t run(const ev::Stream& stream, std::size_t max, Progress progress) {
   return fake(stream).run(max, progress);
 }
 void notify(const ev::Stream& stream) { fake(stream).turn(); }
+std::size_t writes(const ev::Stream& stream) { return fake(stream).writes(); }
+void look(const ev::Stream& stream) { fake(stream).look(); }
 std::size_t held(const ev::Stream& stream) { return fake(stream).held_count(); }
 void deliver_timings(ev::Device device) { fake(device).deliver(); }
 void set_clock(ev::Device device, std::int64_t now_ns, std::int64_t step_ns) {

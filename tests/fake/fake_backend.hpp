@@ -9,7 +9,9 @@
 // the test takes:
 //
 //   - Each stream's timeline is device-written (Timeline::device_written()): a counter that
-//     only run() advances, as a GPU writes its progress into host memory. Waiters nap and read
+//     only run() advances, as a GPU writes its progress into host memory. Its writes may be
+//     left for later by the engine, as on a GPU: a burst of works is published once, and
+//     whoever waits for one has it published (run(..., Progress::device_only) shows it). Waiters nap and read
 //     it themselves; listeners (callbacks, sleeping waiters) fire only at the watcher's turn
 //     (Progress::notify, the default, or notify()).
 //   - Work that depends on host-side work not finished yet (a UserEvent) is held on the host
@@ -38,11 +40,15 @@
 
 namespace eventide_fake {
 
-enum class Progress { notify, silent };
+// What run() does besides the device's part: the watcher's look before (held work released,
+// what was left unpublished published) and its turn after (notify); the look alone (silent);
+// or nothing but the device (device_only: what was left unpublished stays so).
+enum class Progress { notify, silent, device_only };
 
 // Executes the launched work of `stream` in order, at most `max` works, stopping at one that
-// waits for another stream's work not yet run (as a GPU stream waits). Releases held work
-// whose host-side dependencies have finished first. With Progress::notify the watcher's turn
+// waits for another stream's work not yet run (as a GPU stream waits). Unless device_only,
+// the watcher first releases held work whose host-side dependencies have finished and
+// publishes what the launches left unpublished. With Progress::notify the watcher's turn
 // follows (listeners of the passed fences fire). Returns how many works ran.
 std::size_t run(const eventide::Stream& stream, std::size_t max = SIZE_MAX,
                 Progress progress = Progress::notify);
@@ -50,6 +56,12 @@ std::size_t run(const eventide::Stream& stream, std::size_t max = SIZE_MAX,
 void notify(const eventide::Stream& stream);
 // How many works of `stream` are held on the host.
 std::size_t held(const eventide::Stream& stream);
+// One look of the watcher at `stream`: held work released, and what is due published (what a
+// listener or a poll demanded; what the stream left unpublished is due only once the stream
+// has been quiet for DeviceStream::kQuietBeforePublish, which one look never sees).
+void look(const eventide::Stream& stream);
+// How many publications (counter writes) the device has made for `stream`.
+std::size_t writes(const eventide::Stream& stream);
 // The late times of every work the device has run so far arrive.
 void deliver_timings(eventide::Device device);
 // The device clock (ns) and how far each work run advances it.

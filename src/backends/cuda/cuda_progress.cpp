@@ -32,12 +32,16 @@ class StreamMemOpsProgress final : public ProgressPublisher {
  public:
   std::string describe() const override { return "written by the GPU (stream memory operations)"; }
 
-  void publish(CudaStream& stream, Work& work) override {
-    // The write is ordered after the op and makes its results visible to the host first.
+  void end_work(CudaStream&, Work&) override {}  // the counter's write is all
+
+  bool can_publish_later() const noexcept override { return true; }
+
+  void publish_through(CudaStream& stream, std::uint64_t seq) override {
+    // The write is ordered after the ops and makes their results visible to the host first.
     check_driver(driver()->write_value64(reinterpret_cast<CUstream>(stream.handle()),
-                                         timeline_of(stream).counter_address(), work.seq(),
+                                         timeline_of(stream).counter_address(), seq,
                                          CU_STREAM_WRITE_VALUE_DEFAULT),
-                 "cuStreamWriteValue64", "(progress of " + stream.name() + ")");
+                 "cuStreamWriteValue64", [&] { return "(progress of " + stream.name() + ")"; });
   }
 
   bool can_wait_on_gpu(const ProgressPublisher& consumer, const Work&) override {
@@ -49,7 +53,8 @@ class StreamMemOpsProgress final : public ProgressPublisher {
     check_driver(driver()->wait_value64(reinterpret_cast<CUstream>(consumer.handle()),
                                         producer.counter_address(), work.seq(),
                                         CU_STREAM_WAIT_VALUE_GEQ),
-                 "cuStreamWaitValue64", "(" + consumer.name() + " waiting for " + work.describe() + ")");
+                 "cuStreamWaitValue64",
+                 [&] { return "(" + consumer.name() + " waiting for " + work.describe() + ")"; });
   }
 
   bool waits_on_counters() const noexcept override { return true; }
@@ -70,12 +75,16 @@ class EventProgress final : public ProgressPublisher {
 
   std::string describe() const override { return "CUDA events (no stream memory operations)"; }
 
-  void publish(CudaStream& stream, Work& work) override {
+  // Each op's own event is its publication: nothing is left for later.
+  bool can_publish_later() const noexcept override { return false; }
+  void publish_through(CudaStream&, std::uint64_t) override {}
+
+  void end_work(CudaStream& stream, Work& work) override {
     PooledEvent done = pool_.take();
     // A failure gives the event back to the pool (the lease ends here): the caller takes the
     // device for lost, and the work fails.
     check(cudaEventRecord(done.get(), stream.handle()), "cudaEventRecord",
-          "(progress of " + stream.name() + ")");
+          [&] { return "(progress of " + stream.name() + ")"; });
     std::lock_guard lock(mu_);
     done_.insert_or_assign(&work, std::move(done));
   }
@@ -89,7 +98,7 @@ class EventProgress final : public ProgressPublisher {
   void wait_on_gpu(CudaStream& consumer, const CudaTimeline&, const Work& work) override {
     if (cudaEvent_t ev = done_event(work)) {
       check(cudaStreamWaitEvent(consumer.handle(), ev, 0), "cudaStreamWaitEvent",
-            "(" + consumer.name() + " waiting for " + work.describe() + ")");
+            [&] { return "(" + consumer.name() + " waiting for " + work.describe() + ")"; });
     }
   }
 

@@ -1,10 +1,11 @@
 // How the end of each GPU op reaches its stream's timeline, and how another stream waits for
 // it on the GPU: one strategy per device, chosen when the device is found (choose_progress).
 //
-// * Stream memory operations (StreamMemOpsProgress), where the device has them: after each
-//   op, cuStreamWriteValue64 writes the op's sequence number into the timeline's counter, a
-//   pinned word, after a system-scope fence, so the host reads completion with a load and the
-//   watcher only retires. A stream of a device that has them too waits for it on the GPU
+// * Stream memory operations (StreamMemOpsProgress), where the device has them: after an op
+//   (after a burst of ops, where the stream lets it be left for later: DeviceStream's
+//   "Published"), cuStreamWriteValue64 writes the op's sequence number into the timeline's
+//   counter, a pinned word, after a system-scope fence, so the host reads completion with a
+//   load and the watcher only retires. A stream of a device that has them too waits for it on the GPU
 //   (cuStreamWaitValue64 on the counter).
 // * CUDA events (EventProgress), where it has not (or EVENTIDE_CUDA_MEMOPS=0): each op
 //   records an event from the device's pool (cuda_event_pool.hpp) after it; the watcher
@@ -15,9 +16,9 @@
 // a consumer that cannot wait that way holds its op on the host until the producer finishes
 // (CudaStream::host_wait).
 //
-// Thread-safety: every member, from any thread; publish, can_wait_on_gpu and wait_on_gpu are
-// called under the stream's launch lock, finished_through under its in-flight lock; the
-// strategies' own locks are leaves.
+// Thread-safety: every member, from any thread; end_work, can_wait_on_gpu and wait_on_gpu are
+// called under the stream's launch lock, publish_through under its publication lock,
+// finished_through under its in-flight lock; the strategies' own locks are leaves.
 #pragma once
 
 #include <cstdint>
@@ -44,10 +45,16 @@ class ProgressPublisher {
 
   // --- Launch side (under the stream's launch lock) ---
 
-  // Publishes the end of `work`, just launched on `stream` (of this device): the timeline
-  // will show it finished once the GPU has run it. DeviceError (or std::bad_alloc) if it
-  // cannot: the caller takes the device for lost.
-  virtual void publish(CudaStream& stream, detail::Work& work) = 0;
+  // The end of `work`, just launched on `stream` (of this device), before its publication.
+  // DeviceError (or std::bad_alloc) if it cannot: the caller takes the device for lost.
+  virtual void end_work(CudaStream& stream, detail::Work& work) = 0;
+  // Whether the publication may be left for later and made for many ops at once, from any
+  // thread (DeviceStream::can_publish_later).
+  virtual bool can_publish_later() const noexcept = 0;
+  // Publishes the end of every op launched on `stream` through `seq`: the timeline will show
+  // them finished once the GPU has run them. Under the stream's publication lock, from any
+  // thread, with the device current. DeviceError if it cannot: the device is lost.
+  virtual void publish_through(CudaStream& stream, std::uint64_t seq) = 0;
   // Whether a stream of `consumer` can wait on the GPU for `work`, launched (not finished) on
   // a stream of this device, instead of holding its op on the host.
   virtual bool can_wait_on_gpu(const ProgressPublisher& consumer, const detail::Work& work) = 0;
@@ -71,7 +78,7 @@ class ProgressPublisher {
   // The ops through `seq` have finished: the timeline shows it (the events' strategy advances
   // the counter; the GPU has written it already with memory operations).
   virtual void reached(CudaTimeline& timeline, std::uint64_t seq) noexcept = 0;
-  // `work` has retired: what publish() took for it goes back.
+  // `work` has retired: what end_work() took for it goes back.
   virtual void retired(const detail::Work& work) noexcept = 0;
 };
 

@@ -6,6 +6,7 @@
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_progress.hpp"
 #include "backends/cuda/cuda_timing.hpp"
+#include "backends/cuda/cuda_timing_modes.hpp"
 #include "eventide/errors.hpp"
 
 namespace eventide::backends::cuda {
@@ -28,9 +29,7 @@ std::atomic<std::uint64_t>* as_counter(const PinnedWord& w) {
 // --- CudaTimeline ------------------------------------------------------------------------
 
 CudaTimeline::CudaTimeline(std::string name, CudaDevice& device, PinnedWord word)
-    : Timeline(std::move(name), as_counter(word)), device_(device), word_(std::move(word)) {}
-
-void CudaTimeline::listener_added() noexcept { device_.wake(); }
+    : DeviceTimeline(std::move(name), as_counter(word), device), device_(device), word_(std::move(word)) {}
 
 void CudaTimeline::await_timing(Work& work) { Timing::get().await(work); }
 
@@ -48,7 +47,7 @@ CudaStream::StreamSlot::~StreamSlot() { device.watcher().remove_stream(); }
 CudaStream::CudaStream(Device device, std::uint64_t id, CudaDevice& owner, std::string timeline_name,
                        StreamRef native)
     : DeviceStream(device, id,
-                   detail::Ref<detail::Timeline>(
+                   detail::Ref<detail::DeviceTimeline>(
                        new CudaTimeline(std::move(timeline_name), owner, PinnedWord::acquire())),
                    owner),
       owner_(owner),
@@ -135,9 +134,32 @@ bool CudaStream::can_wait_on_device(const Work& producer) noexcept {
   return other && other->device().progress().can_wait_on_gpu(owner_.progress(), producer);
 }
 
+namespace {
+
+// The CUDA event a timed marker recorded at its point in its stream (its stamp), else null.
+cudaEvent_t stamp_event(const Work& work) noexcept {
+  // (Set before the work is launched(), which a waiter has seen; a stamp of a CUDA timeline's
+  // work is a CudaStamp.)
+  const detail::Ref<detail::Stamp>& stamp = work.stamp();
+  return stamp ? static_cast<const CudaStamp&>(*stamp).event() : nullptr;
+}
+
+}  // namespace
+
 void CudaStream::wait_on_device(const Work& producer) {
+  if (cudaEvent_t ev = stamp_event(producer)) {
+    // A marker's own event: the wait needs no publication of its stream, and costs what
+    // cudaStreamWaitEvent costs (a timed marker is what record_event() places).
+    check(cudaStreamWaitEvent(handle(), ev, 0), "cudaStreamWaitEvent",
+          [&] { return "(" + name() + " waiting for " + producer.describe() + ")"; });
+    return;
+  }
   auto& other = static_cast<CudaTimeline&>(producer.timeline());
   other.device().progress().wait_on_gpu(*this, other, producer);
+}
+
+bool CudaStream::device_wait_reads_publication(const Work& producer) noexcept {
+  return stamp_event(producer) == nullptr;
 }
 
 void CudaStream::launch_body(Work& work) {
@@ -155,7 +177,26 @@ void CudaStream::launch_marker(Work& work) {
   work.set_stamp(Timing::stamp(device().index(), native_.get()));
 }
 
-void CudaStream::publish(Work& work) { owner_.progress().publish(*this, work); }
+void CudaStream::end_work(Work& work) { owner_.progress().end_work(*this, work); }
+
+bool CudaStream::can_publish_later() const noexcept {
+  // Not where other code may capture the native stream (a write left for later would go into
+  // their graph), nor on a per-thread default stream (another thread's write would go to its
+  // own one).
+  return !per_thread_ && !may_capture_.load(std::memory_order_relaxed) && owner_.progress().can_publish_later();
+}
+
+void CudaStream::publish_through(std::uint64_t seq) {
+  // From the launch the device is current; from a waiter's or the watcher's thread perhaps not
+  // (a write into another device's stream goes through that device's context).
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device().index()) {
+    DeviceScope scope(device());
+    owner_.progress().publish_through(*this, seq);
+    return;
+  }
+  owner_.progress().publish_through(*this, seq);
+}
 
 std::exception_ptr CudaStream::unholdable(const Work& work, const Dep& dep) noexcept {
   if (!per_thread_) return nullptr;

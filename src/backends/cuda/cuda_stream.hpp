@@ -55,7 +55,7 @@ namespace eventide::backends::cuda {
 
 using detail::Work;
 
-class CudaTimeline final : public detail::Timeline {
+class CudaTimeline final : public detail::DeviceTimeline {
  public:
   CudaTimeline(std::string name, CudaDevice& device, PinnedWord word);
 
@@ -65,9 +65,6 @@ class CudaTimeline final : public detail::Timeline {
   void await_timings(std::span<Work* const> works) override;
   // CUPTI's clock (or, with event pairs, the device's reference event) to the host's.
   std::int64_t to_host_ns(std::int64_t device_ns) const noexcept override;
-
- protected:
-  void listener_added() noexcept override;
 
  private:
   CudaDevice& device_;
@@ -87,7 +84,10 @@ class CudaStream : public detail::DeviceStream {
   CudaDevice& owner() const noexcept { return owner_; }
   std::exception_ptr device_error() const override;
   void* native_handle() const noexcept override { return native_.get(); }
-  void mark_exposed() noexcept override { may_capture_.store(true, std::memory_order_relaxed); }
+  // From now on other code may capture the native stream: no publication is left for later.
+  void mark_exposed() noexcept override {
+    if (!may_capture_.exchange(true, std::memory_order_relaxed)) publish_now();
+  }
   bool launches_from_any_thread() const noexcept override { return !per_thread_; }
 
   // StateError if the native stream is being captured into a CUDA graph (and others may use
@@ -118,11 +118,14 @@ class CudaStream : public detail::DeviceStream {
   const detail::Dep* host_wait(const Work& work) noexcept override;
   bool can_wait_on_device(const Work& producer) noexcept override;
   void wait_on_device(const Work& producer) override;
+  bool device_wait_reads_publication(const Work& producer) noexcept override;
   void begin_launch() override { scope_.emplace(device()); }
   void end_launch() noexcept override { scope_.reset(); }
   void launch_body(Work& work) override;
   void launch_marker(Work& work) override;
-  void publish(Work& work) override;
+  void end_work(Work& work) override;
+  bool can_publish_later() const noexcept override;
+  void publish_through(std::uint64_t seq) override;
   std::exception_ptr unholdable(const Work& work, const detail::Dep& dep) noexcept override;
   bool device_writes_counter() const noexcept override;
   std::uint64_t finished_through(std::uint64_t completed, const WorkList& inflight) noexcept override;
