@@ -109,7 +109,7 @@ void DeviceStream::watch_or_wake(bool newly_watched) noexcept {
   if (newly_watched) {
     engine_.watch(std::static_pointer_cast<DeviceStream>(shared_from_this()));
   } else {
-    engine_.wake();
+    engine_.nudge();
   }
 }
 

@@ -74,6 +74,9 @@ class DeviceEngine {
   virtual void mark_broken(std::exception_ptr error) noexcept = 0;
   // Something for the watcher to look at soon: new work in flight, held work due, a listener.
   virtual void wake() noexcept = 0;
+  // New work in flight on a stream the watcher has on its list already: a wake only where the
+  // watcher may be asleep (one that turns sees the launch itself).
+  virtual void nudge() noexcept { wake(); }
   // Someone looks for a fence (Timeline::demand): the watcher looks soon, without taking it
   // for progress (a poll loop would otherwise keep it from ever checking the device's health).
   virtual void demanded() noexcept { wake(); }
@@ -133,6 +136,11 @@ class DeviceStream : public StreamState {
   void abandon(const std::exception_ptr& error) noexcept;
   // How many Works are held on the host now.
   std::size_t held_count() const noexcept { return held_count_.load(std::memory_order_acquire); }
+  // Whether a Work was launched since the watcher's last look (it notes each look).
+  bool launched_since_look() noexcept {
+    const std::uint64_t launched = launched_through_.load(std::memory_order_seq_cst);
+    return std::exchange(looked_launched_, launched) != launched;
+  }
 
  protected:
   // `timeline`: the device publishes each Work's end into its counter.
@@ -233,7 +241,7 @@ class DeviceStream : public StreamState {
   // only be known once it has finished.
   void order_after(const Dep& dep, bool& decided_later);
   // Puts the stream on the watcher's list if it was not (the caller set watched_ under
-  // inflight_mu_), else wakes the watcher.
+  // inflight_mu_), else nudges the watcher.
   void ensure_watched() noexcept;
   void watch_or_wake(bool newly_watched) noexcept;
 
@@ -257,8 +265,10 @@ class DeviceStream : public StreamState {
   // watcher's next turn reports the device lost. Under publish_mu_.
   std::exception_ptr publish_failed_;
   std::atomic<bool> has_publish_failed_{false};
-  // The watcher's look at how long the stream has been quiet (its thread alone).
+  // The watcher's look at how long the stream has been quiet, and at what was launched (its
+  // thread alone).
   std::uint64_t quiet_launched_ = 0;
+  std::uint64_t looked_launched_ = 0;
   std::chrono::steady_clock::time_point quiet_since_{};
 
   RuntimeMutex inflight_mu_;

@@ -139,6 +139,7 @@ void DeviceWatcher::run() noexcept {
   thread_id_.store(std::this_thread::get_id(), std::memory_order_release);
   prctl(PR_SET_TIMERSLACK, kWatcherTimerSlackNs, 0, 0, 0);
   on_thread_start();
+  spinning_.store(true, std::memory_order_relaxed);
   using Clock = Clock;
   auto last_progress = Clock::now();
   auto sleep = std::chrono::nanoseconds(kFirstSleep);
@@ -172,7 +173,9 @@ void DeviceWatcher::run() noexcept {
     }
     if (copied && streams.empty()) {
       turn.unlock();
+      spinning_.store(false, std::memory_order_seq_cst);  // (a stream listed later unparks)
       parker_->park();
+      spinning_.store(true, std::memory_order_relaxed);
       last_progress = Clock::now();
       continue;
     }
@@ -185,6 +188,7 @@ void DeviceWatcher::run() noexcept {
       const std::uint64_t before = stream.timeline().completed();
       stream.release_if_due();
       stream.publish_if_due(now);
+      if (stream.launched_since_look()) progress = true;  // (launches do not wake a turning watcher)
       bool more = stream.retire();
       if (stream.timeline().completed() != before || !more) progress = true;
       if (stream.timeline().has_listeners()) listened = true;
@@ -219,7 +223,23 @@ void DeviceWatcher::run() noexcept {
       continue;
     }
     if (listened) sleep = std::min<std::chrono::nanoseconds>(sleep, kLongestSleepWhileListened);
+    // Launches stop waking the thread while spinning_ is set: from here on they do, and what
+    // was launched before that is seen by this last look.
+    spinning_.store(false, std::memory_order_seq_cst);
+    bool launched = false;
+    if (copied) {
+      for (const std::shared_ptr<DeviceStream>& stream : streams) launched = stream->launched_since_look() || launched;
+    } else {
+      for_each_watched([&](DeviceStream& stream) { launched = stream.launched_since_look() || launched; });
+    }
+    if (launched) {
+      spinning_.store(true, std::memory_order_relaxed);
+      last_progress = now;
+      sleep = kFirstSleep;
+      continue;
+    }
     parker_->park(now + sleep);
+    spinning_.store(true, std::memory_order_relaxed);
     sleep = std::min<std::chrono::nanoseconds>(
         sleep * 2, listened ? std::chrono::nanoseconds(kLongestSleepWhileListened) : kLongestSleep);
   }

@@ -74,6 +74,17 @@ class DeviceWatcher {
   }
   // A look soon, not taken for progress (DeviceEngine::demanded).
   void look_soon() noexcept { parker_->unpark(); }
+  // New work on a stream on the list (DeviceEngine::nudge): wake() unless the thread is
+  // turning without sleeping, in which case it sees the launch itself (DeviceStream::
+  // launched_since_look) and takes it for progress. A launch so costs a fence and a load of a
+  // word the thread writes only when it goes to sleep or wakes, not two read-modify-writes
+  // of words the spinning thread reads on every turn.
+  void nudge() noexcept {
+    // Pairs with the thread's store of spinning_ before it looks at the streams a last time
+    // and sleeps: either it sees this launch, or this sees that it may sleep.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!spinning_.load(std::memory_order_relaxed)) wake();
+  }
   // Fails everything in flight and held on the listed streams with `error` (the device is
   // lost).
   void abandon_all(const std::exception_ptr& error) noexcept;
@@ -130,6 +141,8 @@ class DeviceWatcher {
   std::atomic<bool> stop_{false};
   std::atomic<bool> started_{false};  // ensure_started has started the thread
   std::atomic<std::uint64_t> wakes_{0};
+  // The thread turns and will look at its streams again without sleeping first (nudge()).
+  std::atomic<bool> spinning_{false};
   RuntimeThread thread_;
 };
 

@@ -119,6 +119,7 @@ class CudaDevice final : public detail::DeviceEngine {
   // Something to look at for the watcher (new work, a listener, held work to release).
   void wake() noexcept override { watcher_.wake(); }
   void demanded() noexcept override { watcher_.look_soon(); }
+  void nudge() noexcept override { watcher_.nudge(); }
   // Puts a stream of this device (a CudaStream) on the watcher's list.
   void watch(std::shared_ptr<detail::DeviceStream> stream) noexcept override;
   // Process exit: stops the watcher, waiting for it until `deadline`, then destroys the

@@ -2,6 +2,7 @@
 // its start, and does what every mode shares: the markers' stamps and their pool, fork, and
 // waiting for an op's launch to end before its time is asked.
 #include "backends/cuda/cuda_timing.hpp"
+#include "core/spin_lock.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -52,7 +53,11 @@ class OffTiming final : public TimingMode {
 // Markers' events (timed), per device, for reuse. Made (cheaply: no CUDA call) apart from the
 // timing's start, so that stamps can be taken before it (Timing::stamp).
 struct StampPool {
-  detail::RuntimeMutex mu;
+  // A spin lock: a marker's launch takes an event while the watcher gives back those of the
+  // markers it retires, a burst at a time, and a launch must not sleep behind them (on the
+  // H200 the stamp took 2.9 µs under a mutex, where cudaEventRecord alone takes 1.2). Under
+  // it nothing but the lists' own growth allocates.
+  detail::SpinLock mu;
   std::unordered_map<int, std::vector<cudaEvent_t>> spare;
 
   cudaEvent_t take(int device) {
@@ -65,12 +70,15 @@ struct StampPool {
   }
   void give(int device, cudaEvent_t ev) noexcept {
     if (g_forked.load(std::memory_order_acquire)) return;  // the parent's event: left alone
-    std::lock_guard lock(mu);
-    try {
-      spare[device].push_back(ev);
-    } catch (...) {
-      cudaEventDestroy(ev);
+    {
+      std::lock_guard lock(mu);
+      try {
+        spare[device].push_back(ev);
+        return;
+      } catch (...) {
+      }
     }
+    cudaEventDestroy(ev);  // no room to keep it
   }
 };
 
