@@ -38,7 +38,11 @@ SyncPoint::SyncPoint() {
 
 bool SyncPoint::query() const {
   return std::all_of(points_.begin(), points_.end(),
-                     [](const Point& p) { return p.stream->timeline().passed(p.seq); }) &&
+                     [](const Point& p) {
+                       if (p.stream->timeline().passed(p.seq)) return true;
+                       p.stream->timeline().demand(p.seq, detail::Demand::soon);  // someone looks
+                       return false;
+                     }) &&
          std::all_of(device_points_.begin(), device_points_.end(),
                      [](const DevicePoint& p) { return p.timeline->passed(p.seq); });
 }
