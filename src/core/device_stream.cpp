@@ -63,7 +63,8 @@ class ReleaseListener final : public OneShotListener {
 const Dep* DeviceStream::host_wait(const Work& work) noexcept {
   for (const Dep& dep : work.deps()) {
     const Work& w = *dep.work;
-    if (w.done() || &w.timeline() == &timeline()) continue;
+    // (This stream's own first: done() reads the device-written counter, a cache miss.)
+    if (&w.timeline() == &timeline() || w.done()) continue;
     if (!w.timeline().device_written()) return &dep;  // the host's work, still running
     // Device work still held on its host is host-side work: a device wait for it would stall
     // this stream until the host launches it, and anything synchronizing the device
