@@ -10,7 +10,7 @@ set -euo pipefail
 # test, python3-venv/-pip/-setuptools/-wheel for `pip install .` (offline) and its test.
 declare -A PACKAGES=(
   [build]="cmake ninja-build g++ libopenblas-dev libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin"
-  [test]="libgtest-dev libgmock-dev nlohmann-json3-dev pkgconf"
+  [test]="libgtest-dev libgmock-dev nlohmann-json3-dev pkgconf libasio-dev"
   [bench]="libbenchmark-dev"
   [python]="python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-hypothesis python3-venv python3-pip python3-setuptools python3-wheel"
   [browser]="chromium"

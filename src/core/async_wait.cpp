@@ -1,0 +1,177 @@
+// AsyncWait (core/async_wait.hpp), and the WaitHandle of eventide/coro.hpp over it.
+#include "core/async_wait.hpp"
+
+#include <utility>
+
+#include "core/event_state.hpp"
+#include "core/runtime.hpp"
+
+namespace eventide::detail {
+
+AsyncWait::AsyncWait(std::span<const Event> events, WaitRule rule, Deadline deadline, bool cancellable)
+    : rule_(rule), remaining_(events.size()), deadline_(deadline) {
+  regs_.reserve(events.size());
+  for (const Event& e : events) regs_.push_back(Registration{e.state(), 0});
+  // A decision off the callback thread (the deadline, a stop) is carried there by this task,
+  // made now: the timer thread and a stop callback must not fail for want of memory.
+  if (deadline_ || cancellable) posted_.push_back(Callback(PostedDelivery{}));
+}
+
+bool AsyncWait::arm() {
+  try {
+    for (std::size_t i = 0; i < regs_.size(); ++i) {
+      // Decided meanwhile (an event, a stop): the rest need not be registered.
+      if (state_.load(std::memory_order_acquire) & kClaimed) break;
+      regs_[i].callback = regs_[i].event->add_callback(
+          Callback([self = Ref<AsyncWait>(this), i] { self->on_event(i); }));
+      registered_ = i + 1;
+    }
+    if (deadline_ && !(state_.load(std::memory_order_acquire) & kClaimed)) {
+      timer_ = TimerQueue::get().schedule(*deadline_, Callback([self = Ref<AsyncWait>(this)] {
+        self->on_deadline();
+      }));
+    }
+  } catch (...) {
+    // Nobody may deliver now (ARMED is never set); take back what was registered.
+    claim();
+    withdraw(kNone);
+    throw;
+  }
+  const std::uint32_t before = state_.fetch_or(kArmed, std::memory_order_acq_rel);
+  if (before & kDecided) {
+    // Decided while arming: the awaiter goes on without suspending (it still holds this).
+    withdraw(kNone);
+    return false;
+  }
+  // Suspended: a decision from here on delivers, and may resume the coroutine on another
+  // thread at once, whose awaiter then lets go of this. Nothing here may be touched now.
+  return true;
+}
+
+void AsyncWait::on_event(std::size_t i) noexcept {
+  if (state_.load(std::memory_order_acquire) & kClaimed) return;  // decided: just let go
+  if (rule_ == WaitRule::any) {
+    if (!claim()) return;
+    outcome_ = WaitOutcome{WaitEnd::finished, i, nullptr};
+    decided(true, i);
+    return;
+  }
+  std::exception_ptr error;
+  try {
+    error = regs_[i].event->error();
+  } catch (...) {
+    error = std::current_exception();  // out of memory, as good a reason as any
+  }
+  if (error) {
+    if (!claim()) return;
+    outcome_ = WaitOutcome{WaitEnd::failed, i, std::move(error)};
+    decided(true, i);
+    return;
+  }
+  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (!claim()) return;
+  outcome_ = WaitOutcome{WaitEnd::finished, 0, nullptr};
+  decided(true, i);
+}
+
+void AsyncWait::on_deadline() noexcept {
+  if (!claim()) return;
+  outcome_ = WaitOutcome{WaitEnd::timed_out, 0, nullptr};
+  decided(false, kNone);
+}
+
+void AsyncWait::cancel() noexcept {
+  if (!claim()) return;
+  outcome_ = WaitOutcome{WaitEnd::cancelled, 0, nullptr};
+  decided(false, kNone);
+}
+
+void AsyncWait::abandon() noexcept {
+  const std::uint32_t before = state_.fetch_or(kAbandoned | kClaimed, std::memory_order_acq_rel);
+  // Undecided: nobody will deliver, so take everything back. Decided: the delivery on its way
+  // finds ABANDONED (begin_resume) and resumes nothing.
+  if (!(before & kClaimed)) withdraw(kNone);
+}
+
+void AsyncWait::decided(bool here, std::size_t skip) noexcept {
+  // The caller holds a reference (a callback's, the timer's, the stop callback's awaiter's).
+  const std::uint32_t before = state_.fetch_or(kDecided, std::memory_order_acq_rel);
+  if (!(before & kArmed)) return;  // arm() will find DECIDED and not suspend
+  withdraw(skip);
+  if (here) {
+    deliver();
+  } else {
+    post_delivery();
+  }
+}
+
+void AsyncWait::withdraw(std::size_t skip) noexcept {
+  for (std::size_t i = 0; i < registered_; ++i) {
+    // False if the callback has been handed to the callback thread: it runs, finds CLAIMED.
+    if (i != skip) (void)regs_[i].event->remove_callback(regs_[i].callback);
+  }
+  if (timer_.id != 0) (void)TimerQueue::get().cancel(timer_);
+}
+
+void AsyncWait::deliver() noexcept {
+  Callback delivery = std::move(delivery_);
+  if (!delivery) return;
+  try {
+    delivery();
+  } catch (...) {
+    // An exception out of a resumed coroutine's body (its promise rethrew it): as a callback's.
+    report_callback_error(std::current_exception(), regs_.empty() ? nullptr : regs_[0].event.get());
+  }
+}
+
+void AsyncWait::post_delivery() noexcept {
+  if (posted_.empty()) {  // not made (cannot happen: only a deadline or a stop gets here)
+    deliver();
+    return;
+  }
+  posted_.front()->fn.target<PostedDelivery>()->wait = Ref<AsyncWait>(this);
+  const std::shared_ptr<EventState>& first = regs_[0].event;
+  std::optional<Device> device;
+  try {
+    device = first->device();
+  } catch (...) {
+    // (It takes a lock and copies a value: it does not throw in practice.)
+  }
+  // Dropped at process exit (the dispatcher has stopped), as every queued callback is.
+  Runtime::get().dispatcher(device).post(std::move(posted_), first);
+}
+
+// --- WaitHandle (eventide/coro.hpp) ------------------------------------------------------
+
+WaitHandle::WaitHandle(const WaitHandle& other) noexcept : wait_(other.wait_) {
+  if (wait_) wait_->add_ref();
+}
+
+WaitHandle::~WaitHandle() {
+  if (wait_) wait_->release();
+}
+
+WaitHandle WaitHandle::make(std::span<const Event> events, WaitRule rule,
+                            std::optional<std::chrono::steady_clock::time_point> deadline,
+                            bool cancellable) {
+  Ref<AsyncWait> w = make_ref<AsyncWait>(events, rule, deadline, cancellable);
+  return WaitHandle(w.detach());
+}
+
+WaitHandle WaitHandle::share(AsyncWait* wait) noexcept {
+  if (wait) wait->add_ref();
+  return WaitHandle(wait);
+}
+
+void WaitHandle::set_delivery(Callback delivery) noexcept { wait_->set_delivery(std::move(delivery)); }
+bool WaitHandle::arm() { return wait_->arm(); }
+void WaitHandle::cancel() noexcept { wait_->cancel(); }
+void WaitHandle::abandon() noexcept {
+  if (wait_) wait_->abandon();
+}
+bool WaitHandle::begin_resume() noexcept { return wait_->begin_resume(); }
+void WaitHandle::fail_delivery(std::exception_ptr error) noexcept { wait_->fail_delivery(std::move(error)); }
+void WaitHandle::deliver() noexcept { wait_->deliver(); }
+const WaitOutcome& WaitHandle::outcome() const noexcept { return wait_->outcome(); }
+
+}  // namespace eventide::detail
