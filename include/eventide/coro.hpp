@@ -119,8 +119,9 @@ std::optional<WaitOutcome> ready_outcome(std::span<const Event> events, WaitRule
 void check_not_empty(std::span<const Event> events, const char* what);
 // An event tied to the tensor's producer; InvalidArgument naming `what` if it is undefined.
 Event event_of(const Tensor& tensor, const char* what);
-// Throws Cancelled naming what was awaited.
+// Throws Cancelled naming what was awaited; cancelled_error: the same, as an exception_ptr.
 [[noreturn]] void throw_cancelled(std::span<const Event> events, WaitRule rule, const char* what);
+std::exception_ptr cancelled_error(std::span<const Event> events, WaitRule rule, const char* what);
 
 // A reference to the wait behind an awaiter (copies share it). Every member is noexcept but
 // make() and arm(); see the state machine above and src/core/async_wait.hpp.
@@ -289,7 +290,10 @@ class Awaitable {
   Awaiter<Rule, Timed, Executor> operator co_await() && { return Awaiter<Rule, Timed, Executor>(std::move(*this)); }
   Awaiter<Rule, Timed, Executor> operator co_await() const& { return Awaiter<Rule, Timed, Executor>(Awaitable(*this)); }
 
+  // What is awaited (for eventide/asio.hpp, which runs the same wait as an asio operation).
   const std::vector<Event>& events() const noexcept { return events_; }
+  const std::optional<std::chrono::steady_clock::time_point>& deadline() const noexcept { return deadline_; }
+  const std::optional<std::stop_token>& stop_token() const noexcept { return stop_; }
 
  private:
   template <detail::WaitRule, bool, class>

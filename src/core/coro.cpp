@@ -52,7 +52,8 @@ Event event_of(const Tensor& tensor, const char* what) {
   return e;
 }
 
-void throw_cancelled(std::span<const Event> events, WaitRule rule, const char* what) {
+namespace {
+Cancelled make_cancelled(std::span<const Event> events, WaitRule rule, const char* what) {
   std::string awaited;
   if (events.size() == 1) {
     awaited = events[0].str();
@@ -60,9 +61,17 @@ void throw_cancelled(std::span<const Event> events, WaitRule rule, const char* w
     awaited = std::string(rule == WaitRule::all ? "when_all" : "when_any") + " of " +
               std::to_string(events.size()) + " events";
   }
-  throw Cancelled(std::string(what) + " " + awaited +
-                  ": cancelled, its std::stop_token was stopped (the events and their work are "
-                  "untouched)");
+  return Cancelled(std::string(what) + " " + awaited +
+                   ": cancelled, its stop was requested (the events and their work are untouched)");
+}
+}  // namespace
+
+void throw_cancelled(std::span<const Event> events, WaitRule rule, const char* what) {
+  throw make_cancelled(events, rule, what);
+}
+
+std::exception_ptr cancelled_error(std::span<const Event> events, WaitRule rule, const char* what) {
+  return std::make_exception_ptr(make_cancelled(events, rule, what));
 }
 
 namespace {
