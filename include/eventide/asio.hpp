@@ -142,7 +142,8 @@ struct AsioInitiate {
   template <class Handler, WaitRule Rule, bool Timed>
   void operator()(Handler&& handler, Awaitable<Rule, Timed, CallbackThread> what) const {
     using Op = AsioOperation<Rule, Timed, std::decay_t<Handler>>;
-    auto op = std::make_unique<Op>(std::forward<Handler>(handler), what.events());
+    auto op = std::make_unique<Op>(std::forward<Handler>(handler),
+                                   std::vector<Event>(what.events().begin(), what.events().end()));
     const std::vector<Event>& events = op->events_;
     std::optional<WaitOutcome> ready;
     try {
@@ -180,7 +181,7 @@ struct AsioInitiate {
 template <class What, class CompletionToken>
 auto async_wait(const What& what, CompletionToken&& token) {
   if constexpr (detail::AwaitSource<What>) {
-    return async_wait(Awaitable<detail::WaitRule::all>({detail::as_event(what)}, std::nullopt, std::nullopt, {}),
+    return async_wait(Awaitable<detail::WaitRule::all>(detail::as_event(what), std::nullopt, std::nullopt, {}),
                       std::forward<CompletionToken>(token));
   } else {
     return [&]<detail::WaitRule Rule, bool Timed, class Ex>(const Awaitable<Rule, Timed, Ex>& a) {

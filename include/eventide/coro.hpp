@@ -217,6 +217,20 @@ template <class T>
 concept AwaitSource = std::derived_from<std::remove_cvref_t<T>, Event> ||
                       std::same_as<std::remove_cvref_t<T>, Tensor>;
 
+// The events of an awaitable: one is kept inline (no allocation for `co_await e`).
+class EventList {
+ public:
+  EventList(Event one) : one_(std::move(one)) {}  // NOLINT(google-explicit-constructor)
+  EventList(std::vector<Event> many) : many_(std::move(many)) {}  // NOLINT(google-explicit-constructor)
+  std::span<const Event> span() const noexcept {
+    return one_ ? std::span<const Event>(&*one_, 1) : std::span<const Event>(many_);
+  }
+
+ private:
+  std::optional<Event> one_;
+  std::vector<Event> many_;
+};
+
 inline Event as_event(const Event& e) { return e; }
 inline Event as_event(const Tensor& t) { return event_of(t, "co_await"); }
 
@@ -264,7 +278,7 @@ class Awaiter;
 template <detail::WaitRule Rule, bool Timed = false, class Executor = detail::CallbackThread>
 class Awaitable {
  public:
-  Awaitable(std::vector<Event> events, std::optional<std::chrono::steady_clock::time_point> deadline,
+  Awaitable(detail::EventList events, std::optional<std::chrono::steady_clock::time_point> deadline,
             std::optional<std::stop_token> stop, Executor executor)
       : events_(std::move(events)),
         deadline_(deadline),
@@ -291,7 +305,7 @@ class Awaitable {
   Awaiter<Rule, Timed, Executor> operator co_await() const& { return Awaiter<Rule, Timed, Executor>(Awaitable(*this)); }
 
   // What is awaited (for eventide/asio.hpp, which runs the same wait as an asio operation).
-  const std::vector<Event>& events() const noexcept { return events_; }
+  std::span<const Event> events() const noexcept { return events_.span(); }
   const std::optional<std::chrono::steady_clock::time_point>& deadline() const noexcept { return deadline_; }
   const std::optional<std::stop_token>& stop_token() const noexcept { return stop_; }
 
@@ -301,7 +315,7 @@ class Awaitable {
   template <detail::WaitRule, bool, class>
   friend class Awaitable;
 
-  std::vector<Event> events_;
+  detail::EventList events_;
   std::optional<std::chrono::steady_clock::time_point> deadline_;
   std::optional<std::stop_token> stop_;  // given by cancel_on: the promise's is not asked
   Executor executor_;
@@ -324,12 +338,12 @@ class Awaiter {
   }
 
   bool await_ready() {
-    detail::check_not_empty(spec_.events_, "co_await");
+    detail::check_not_empty(spec_.events_.span(), "co_await");
     if (spec_.stop_ && spec_.stop_->stop_requested()) {
       ready_ = detail::WaitOutcome{detail::WaitEnd::cancelled, 0, nullptr};
       return true;
     }
-    ready_ = detail::ready_outcome(spec_.events_, Rule);
+    ready_ = detail::ready_outcome(spec_.events_.span(), Rule);
     if constexpr (Timed) {
       if (!ready_ && std::chrono::steady_clock::now() >= *spec_.deadline_) {
         ready_ = detail::WaitOutcome{detail::WaitEnd::timed_out, 0, nullptr};
@@ -350,7 +364,7 @@ class Awaiter {
       ready_ = detail::WaitOutcome{detail::WaitEnd::cancelled, 0, nullptr};
       return false;
     }
-    wait_ = detail::WaitHandle::make(spec_.events_, Rule, spec_.deadline_, stop.stop_possible());
+    wait_ = detail::WaitHandle::make(spec_.events_.span(), Rule, spec_.deadline_, stop.stop_possible());
     wait_.set_delivery(delivery(coroutine));
     suspended_ = true;  // before anything can resume the coroutine
     try {
@@ -372,7 +386,7 @@ class Awaiter {
     const detail::WaitOutcome outcome = ready_ ? *ready_ : wait_.outcome();
     wait_ = detail::WaitHandle();
     switch (outcome.end) {
-      case detail::WaitEnd::cancelled: detail::throw_cancelled(spec_.events_, Rule, "co_await");
+      case detail::WaitEnd::cancelled: detail::throw_cancelled(spec_.events_.span(), Rule, "co_await");
       case detail::WaitEnd::failed:
         if constexpr (Rule == detail::WaitRule::all) std::rethrow_exception(outcome.error);
         break;  // when_any: a failed event counts as finished
@@ -440,11 +454,11 @@ class Awaiter {
 
 // `co_await event` (a UserEvent too) and `co_await tensor`: see the header comment.
 inline Awaiter<detail::WaitRule::all, false, detail::CallbackThread> operator co_await(const Event& event) {
-  return Awaiter<detail::WaitRule::all, false, detail::CallbackThread>({{event}, std::nullopt, std::nullopt, {}});
+  return Awaiter<detail::WaitRule::all, false, detail::CallbackThread>({event, std::nullopt, std::nullopt, {}});
 }
 inline Awaiter<detail::WaitRule::all, false, detail::CallbackThread> operator co_await(const Tensor& tensor) {
   return Awaiter<detail::WaitRule::all, false, detail::CallbackThread>(
-      {{detail::as_event(tensor)}, std::nullopt, std::nullopt, {}});
+      {detail::as_event(tensor), std::nullopt, std::nullopt, {}});
 }
 
 // An option applied to an event or a tensor: `co_await (e | ev::timeout(5ms))`.
@@ -458,7 +472,7 @@ inline constexpr bool is_wait_option<ResumeOn<Ex>> = true;
 template <detail::AwaitSource Source, class Option>
   requires detail::is_wait_option<Option>
 auto operator|(const Source& source, Option option) {
-  return Awaitable<detail::WaitRule::all>({detail::as_event(source)}, std::nullopt, std::nullopt, {}) |
+  return Awaitable<detail::WaitRule::all>(detail::as_event(source), std::nullopt, std::nullopt, {}) |
          std::move(option);
 }
 
