@@ -156,8 +156,10 @@ class WaitHandle {
   // The frame is destroyed while suspended: withdraws the wait unless it was decided, and a
   // delivery still to come never resumes it (begin_resume() is false).
   void abandon() noexcept;
-  // Called right before resuming: false if the frame was abandoned (or resumed already).
+  // Called right before resuming: false if the frame was abandoned (or resumed already). The
+  // static form for a delivery that runs while the wait is held by its caller.
   [[nodiscard]] bool begin_resume() noexcept;
+  [[nodiscard]] static bool begin_resume(AsyncWait* wait) noexcept;
   // The delivery could not hand the coroutine over (the executor threw): the coroutine
   // resumes with `error` instead.
   void fail_delivery(std::exception_ptr error) noexcept;
@@ -418,7 +420,8 @@ class Awaiter {
     std::coroutine_handle<> coroutine;
     detail::AsyncWait* wait;
     void operator()() {
-      if (detail::WaitHandle::share(wait).begin_resume()) coroutine.resume();
+      // (The wait is held by whoever runs this delivery.)
+      if (detail::WaitHandle::begin_resume(wait)) coroutine.resume();
     }
   };
   struct ResumeVia {

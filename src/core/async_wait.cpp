@@ -49,28 +49,33 @@ bool AsyncWait::arm() {
 }
 
 void AsyncWait::on_event(std::size_t i) noexcept {
-  if (state_.load(std::memory_order_acquire) & kClaimed) return;  // decided: just let go
-  if (rule_ == WaitRule::any) {
-    if (!claim()) return;
-    outcome_ = WaitOutcome{WaitEnd::finished, i, nullptr};
-    decided(true, i);
-    return;
-  }
+  const std::uint32_t now = state_.load(std::memory_order_acquire);
+  if (now & kClaimed) return;  // decided: just let go
   std::exception_ptr error;
-  try {
-    error = regs_[i].event->error();
-  } catch (...) {
-    error = std::current_exception();  // out of memory, as good a reason as any
+  if (rule_ == WaitRule::all) {
+    // The status first (one atomic load once finished): the error's lock only for a failure.
+    if (regs_[i].event->status() == EventStatus::failed) {
+      try {
+        error = regs_[i].event->error();
+      } catch (...) {
+        error = std::current_exception();  // out of memory, as good a reason as any
+      }
+    }
+    if (!error && regs_.size() > 1 && remaining_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   }
-  if (error) {
-    if (!claim()) return;
-    outcome_ = WaitOutcome{WaitEnd::failed, i, std::move(error)};
-    decided(true, i);
+  WaitOutcome outcome{error ? WaitEnd::failed : WaitEnd::finished, rule_ == WaitRule::any || error ? i : 0,
+                      std::move(error)};
+  if (now & kArmed) {
+    // Armed: arm() is over and reads nothing more, so claiming and deciding can be one step;
+    // outcome_ is then read only by the delivery below, after it is written.
+    if (state_.fetch_or(kClaimed | kDecided, std::memory_order_acq_rel) & kClaimed) return;
+    outcome_ = std::move(outcome);
+    withdraw(i);
+    deliver();
     return;
   }
-  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (!claim()) return;
-  outcome_ = WaitOutcome{WaitEnd::finished, 0, nullptr};
+  outcome_ = std::move(outcome);
   decided(true, i);
 }
 
@@ -170,6 +175,7 @@ void WaitHandle::abandon() noexcept {
   if (wait_) wait_->abandon();
 }
 bool WaitHandle::begin_resume() noexcept { return wait_->begin_resume(); }
+bool WaitHandle::begin_resume(AsyncWait* wait) noexcept { return wait->begin_resume(); }
 void WaitHandle::fail_delivery(std::exception_ptr error) noexcept { wait_->fail_delivery(std::move(error)); }
 void WaitHandle::deliver() noexcept { wait_->deliver(); }
 const WaitOutcome& WaitHandle::outcome() const noexcept { return wait_->outcome(); }

@@ -11,7 +11,8 @@
 //   ABANDONED  the frame is gone: a delivery still to come must not resume it
 //   RESUMING   begin_resume() has said yes (once)
 //
-// Who resumes, exactly once: the claimer sets DECIDED; if ARMED was set already, it withdraws
+// Who resumes, exactly once: the claimer sets DECIDED (an event callback that finds ARMED set
+// already sets CLAIMED and DECIDED in one step: nobody reads outcome_ but its own delivery); if ARMED was set already, it withdraws
 // the rest and runs the delivery (from an event callback: inline, on the callback thread; from
 // the timer or a stop: through a task posted to the first event's callback thread, made in
 // advance so that nothing allocates there). If ARMED was not yet set, arm() finds DECIDED when
