@@ -300,11 +300,9 @@ void Runtime::prepare_fork() noexcept {
   each(true, ForkLocks::hold);
   host_dispatcher_.before_fork();
   for (auto& c : contexts_) c->dispatcher().before_fork();
-  TimerQueue::before_fork();
 }
 
 void Runtime::after_fork(ForkSide side) noexcept {
-  TimerQueue::after_fork(side);
   host_dispatcher_.after_fork(side);
   for (auto& c : contexts_) c->dispatcher().after_fork(side);
   // The CPU first: in the child, a GPU's failed work may resume CPU streams, whose pool must

@@ -1,12 +1,14 @@
 #include "core/timer.hpp"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <exception>
 #include <string>
 #include <system_error>
-#include <vector>
 
 #include "core/dispatcher.hpp"
+#include "core/runtime.hpp"
 #include "eventide/errors.hpp"
 
 namespace eventide::detail {
@@ -14,6 +16,7 @@ namespace eventide::detail {
 namespace {
 std::atomic<TimerQueue*> g_queue{nullptr};
 TimerQueue* g_held_for_fork = nullptr;  // the forking thread's: before_fork to after_fork
+thread_local bool tls_on_timer_thread = false;
 }  // namespace
 
 TimerQueue& TimerQueue::get() {
@@ -21,6 +24,7 @@ TimerQueue& TimerQueue::get() {
   static TimerQueue* queue = [] {
     auto* q = new TimerQueue();
     g_queue.store(q, std::memory_order_release);
+    set_fork_steps(ForkStage::timer, {&before_fork, &after_fork_in_parent, &after_fork_in_child});
     return q;
   }();
   return *queue;
@@ -67,37 +71,38 @@ bool TimerQueue::cancel(const Key& key) noexcept {
 void TimerQueue::start_thread_locked() { thread_ = RuntimeThread([this] { run(); }); }
 
 void TimerQueue::run() {
+  pthread_setname_np(pthread_self(), "eventide-timer");
+  tls_on_timer_thread = true;
   for (;;) {
-    std::vector<Callback> due;
-    Deadline sleep_until;
+    Callback fn;
+    Deadline sleep_until;  // none: until a schedule() or a fork's end wakes it
     {
       std::lock_guard lock(mu_);
+      if (calling_) {
+        calling_ = false;
+        if (forking_) fork_waiter_->unpark();  // before_fork waits for this
+      }
       if (stopping_) return;
-      const Clock::time_point now = Clock::now();
-      while (!timers_.empty() && timers_.begin()->first.at <= now) {
-        auto node = timers_.extract(timers_.begin());
-        try {
-          due.push_back(std::move(node.mapped()));
-        } catch (...) {
-          // Out of memory for the list: put it back and run what was taken; it is due still.
-          timers_.insert(std::move(node));
-          break;
+      if (!forking_ && !timers_.empty()) {
+        if (timers_.begin()->first.at <= Clock::now()) {
+          // Moved out of its node: nothing allocated, so nothing here can fail.
+          fn = std::move(timers_.extract(timers_.begin()).mapped());
+          calling_ = true;
+        } else {
+          sleep_until = timers_.begin()->first.at;
         }
       }
-      if (due.empty() && !timers_.empty()) sleep_until = timers_.begin()->first.at;
     }
-    if (due.empty()) {
+    if (!fn) {
       parker_->park(sleep_until);
       continue;
     }
-    for (Callback& fn : due) {
-      try {
-        fn();
-      } catch (...) {
-        report_callback_error(std::current_exception(), std::string_view("a timer"));
-      }
-      fn = Callback();  // destroyed here, unlocked: it may own anything
+    try {
+      fn();
+    } catch (...) {
+      report_callback_error(std::current_exception(), std::string_view("a timer"));
     }
+    fn = Callback();  // destroyed here, unlocked: it may own anything
   }
 }
 
@@ -115,24 +120,46 @@ void TimerQueue::shutdown(Clock::time_point deadline) noexcept {
 }
 
 void TimerQueue::before_fork() noexcept {
-  g_held_for_fork = existing();
-  if (g_held_for_fork) g_held_for_fork->mu_.lock();
+  TimerQueue* q = existing();
+  g_held_for_fork = q;
+  if (!q) return;
+  const Clock::time_point deadline = Clock::now() + kForkGrace;
+  q->mu_.lock();
+  q->forking_ = true;
+  // A timer being called finishes first (a timeout's decision and its post: microseconds), so
+  // that the child does not lose it; unless this is that timer, forking.
+  while (q->calling_ && !tls_on_timer_thread && Clock::now() < deadline) {
+    q->mu_.unlock();
+    q->fork_waiter_->park(deadline);
+    q->mu_.lock();
+  }
 }
 
-void TimerQueue::after_fork(ForkSide side) noexcept {
-  TimerQueue* q = std::exchange(g_held_for_fork, nullptr);
-  if (!q) return;
-  if (side == ForkSide::child) {
-    q->thread_.abandon();
-    if (!q->timers_.empty() && !q->stopping_) {
+void TimerQueue::after_fork_in_parent() noexcept {
+  if (TimerQueue* q = std::exchange(g_held_for_fork, nullptr)) q->after_fork(false);
+}
+
+void TimerQueue::after_fork_in_child() noexcept {
+  if (TimerQueue* q = std::exchange(g_held_for_fork, nullptr)) q->after_fork(true);
+}
+
+void TimerQueue::after_fork(bool child) noexcept {
+  forking_ = false;
+  if (child) {
+    // Only the forking thread exists here: a timer the parent's thread was still calling
+    // (past kForkGrace) is not called here.
+    thread_.abandon();
+    calling_ = false;
+    if (!timers_.empty() && !stopping_) {
       try {
-        q->start_thread_locked();
+        start_thread_locked();
       } catch (...) {
         // No thread: the next schedule() starts one.
       }
     }
   }
-  q->mu_.unlock();
+  mu_.unlock();
+  if (!child) parker_->unpark();  // it took nothing out while the fork was under way
 }
 
 }  // namespace eventide::detail
