@@ -67,7 +67,8 @@
 // Resuming and destroying one coroutine must not race, as for any coroutine: destroy it on
 // the thread it resumes on (the executor's, or the callback thread), or while its wait cannot
 // finish. A frame destroyed before the executor ran the resumption posted to it is safe: the
-// posted task sees it and does nothing.
+// posted task sees it and does nothing; one destroyed after its wait was decided (a stop, a
+// timeout) but before the callback thread handed it over is never handed to its executor.
 //
 // Thread-safety: an awaitable is a value (it holds event handles); awaiting one from several
 // coroutines at once awaits copies. Memory ordering: what the awaited work wrote and what the
@@ -161,7 +162,7 @@ class WaitHandle {
   [[nodiscard]] bool begin_resume() noexcept;
   [[nodiscard]] static bool begin_resume(AsyncWait* wait) noexcept;
   // The delivery could not hand the coroutine over (the executor threw): the coroutine
-  // resumes with `error` instead.
+  // resumes with `error` instead. Only after begin_resume() said yes (nobody else reads it).
   void fail_delivery(std::exception_ptr error) noexcept;
   // Runs the delivery now, on this thread (an asio operation decided while arming).
   void deliver() noexcept;
@@ -389,9 +390,9 @@ class Awaiter {
     wait_ = detail::WaitHandle();
     switch (outcome.end) {
       case detail::WaitEnd::cancelled: detail::throw_cancelled(spec_.events_.span(), Rule, "co_await");
-      case detail::WaitEnd::failed:
-        if constexpr (Rule == detail::WaitRule::all) std::rethrow_exception(outcome.error);
-        break;  // when_any: a failed event counts as finished
+      // when_any: a failed event counts as finished, so `failed` is the delivery's own error
+      // (the executor refused the resumption), rethrown as when_all's.
+      case detail::WaitEnd::failed: std::rethrow_exception(outcome.error);
       case detail::WaitEnd::timed_out:
       case detail::WaitEnd::finished: break;
     }
@@ -434,9 +435,12 @@ class Awaiter {
         detail::post_to(executor, detail::ResumeTask(coroutine, self));
       } catch (...) {
         // The executor refused (out of memory, shut down): resuming here, with the reason, is
-        // better than a coroutine that never resumes.
-        self.fail_delivery(std::current_exception());
-        if (self.begin_resume()) coroutine.resume();
+        // better than a coroutine that never resumes. Unless the task reached the executor
+        // before it threw, and runs (or ran): then the outcome is that task's to read.
+        if (self.begin_resume()) {
+          self.fail_delivery(std::current_exception());
+          coroutine.resume();
+        }
       }
     }
   };

@@ -93,9 +93,12 @@ void AsyncWait::cancel() noexcept {
 
 void AsyncWait::abandon() noexcept {
   const std::uint32_t before = state_.fetch_or(kAbandoned | kClaimed, std::memory_order_acq_rel);
-  // Undecided: nobody will deliver, so take everything back. Decided: the delivery on its way
-  // finds ABANDONED (begin_resume) and resumes nothing.
-  if (!(before & kClaimed)) withdraw(kNone);
+  // Decided: the delivery on its way finds ABANDONED and hands nothing to the executor.
+  if (before & kClaimed) return;
+  // Undecided: nobody will deliver, so take everything back, and let go of the delivery (the
+  // executor's copy) here, with the frame, not whenever a callback in flight lets go of this.
+  withdraw(kNone);
+  delivery_ = Callback();
 }
 
 void AsyncWait::decided(bool here, std::size_t skip) noexcept {
@@ -121,6 +124,9 @@ void AsyncWait::withdraw(std::size_t skip) noexcept {
 void AsyncWait::deliver() noexcept {
   Callback delivery = std::move(delivery_);
   if (!delivery) return;
+  // The frame was destroyed after the decision: nothing may reach its executor now (what the
+  // executor refers to often goes with the frame). Its copy is destroyed here.
+  if (state_.load(std::memory_order_acquire) & kAbandoned) return;
   try {
     delivery();
   } catch (...) {
