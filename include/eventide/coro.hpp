@@ -86,6 +86,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stop_token>
@@ -145,9 +146,12 @@ class WaitHandle {
   // Another reference to `wait` (a posted resumption's).
   static WaitHandle share(AsyncWait* wait) noexcept;
 
-  // What runs, once, on the callback thread when a decision is made after arm() returned
-  // true. Set before arm().
-  void set_delivery(Callback delivery) noexcept;
+  // What happens, once, on the callback thread when a decision is made after arm() returned
+  // true; one of the two, set before arm(). set_resume: the coroutine resumes right there
+  // (the default place: nothing kept but the handle). set_delivery: `delivery` runs there (a
+  // post to an executor, an asio completion); std::bad_alloc.
+  void set_resume(std::coroutine_handle<> coroutine) noexcept;
+  void set_delivery(Callback delivery);
   // Registers the callbacks and the timer. True: suspended, the delivery will run. False: it
   // was decided meanwhile (outcome() is set, everything withdrawn, no delivery). Throws what
   // add_callback or the timer throws, with whatever it registered withdrawn.
@@ -157,10 +161,8 @@ class WaitHandle {
   // The frame is destroyed while suspended: withdraws the wait unless it was decided, and a
   // delivery still to come never resumes it (begin_resume() is false).
   void abandon() noexcept;
-  // Called right before resuming: false if the frame was abandoned (or resumed already). The
-  // static form for a delivery that runs while the wait is held by its caller.
+  // Called right before resuming: false if the frame was abandoned (or resumed already).
   [[nodiscard]] bool begin_resume() noexcept;
-  [[nodiscard]] static bool begin_resume(AsyncWait* wait) noexcept;
   // The delivery could not hand the coroutine over (the executor threw): the coroutine
   // resumes with `error` instead. Only after begin_resume() said yes (nobody else reads it).
   void fail_delivery(std::exception_ptr error) noexcept;
@@ -368,11 +370,18 @@ class Awaiter {
       return false;
     }
     wait_ = detail::WaitHandle::make(spec_.events_.span(), Rule, spec_.deadline_, stop.stop_possible());
-    wait_.set_delivery(delivery(coroutine));
+    if constexpr (std::is_same_v<Executor, detail::CallbackThread>) {
+      wait_.set_resume(coroutine);
+    } else {
+      wait_.set_delivery(ResumeVia{coroutine, wait_.get(), spec_.executor_});
+    }
     suspended_ = true;  // before anything can resume the coroutine
     try {
-      // A stop requested already, or meanwhile, decides the wait before or while it arms.
-      if (stop.stop_possible()) stop_callback_.emplace(std::move(stop), StopFn{wait_});
+      // A stop requested already, or meanwhile, decides the wait before or while it arms. Made
+      // only for a token that can stop: most waits have none, and it is a third of an awaiter.
+      if (stop.stop_possible()) {
+        stop_callback_ = std::make_unique<std::stop_callback<StopFn>>(std::move(stop), StopFn{wait_});
+      }
       if (wait_.arm()) return true;  // `this` may be gone from here on: touch nothing
     } catch (...) {
       suspended_ = false;
@@ -416,15 +425,8 @@ class Awaiter {
     detail::WaitHandle wait;
     void operator()() noexcept { wait.cancel(); }
   };
-  // Runs on the callback thread: resumes there, or posts the resumption to the executor.
-  struct ResumeHere {
-    std::coroutine_handle<> coroutine;
-    detail::AsyncWait* wait;
-    void operator()() {
-      // (The wait is held by whoever runs this delivery.)
-      if (detail::WaitHandle::begin_resume(wait)) coroutine.resume();
-    }
-  };
+  // Runs on the callback thread (held by whoever runs it): posts the resumption to the
+  // executor.
   struct ResumeVia {
     std::coroutine_handle<> coroutine;
     detail::AsyncWait* wait;
@@ -444,18 +446,11 @@ class Awaiter {
       }
     }
   };
-  detail::Callback delivery(std::coroutine_handle<> coroutine) {
-    if constexpr (std::is_same_v<Executor, detail::CallbackThread>) {
-      return ResumeHere{coroutine, wait_.get()};
-    } else {
-      return ResumeVia{coroutine, wait_.get(), spec_.executor_};
-    }
-  }
 
   Spec spec_;
   std::optional<detail::WaitOutcome> ready_;
   detail::WaitHandle wait_;
-  std::optional<std::stop_callback<StopFn>> stop_callback_;  // after wait_: destroyed first
+  std::unique_ptr<std::stop_callback<StopFn>> stop_callback_;  // after wait_: destroyed first
   bool suspended_ = false;
 };
 

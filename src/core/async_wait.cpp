@@ -9,12 +9,13 @@
 namespace eventide::detail {
 
 AsyncWait::AsyncWait(std::span<const Event> events, WaitRule rule, Deadline deadline, bool cancellable)
-    : rule_(rule), remaining_(events.size()), deadline_(deadline) {
+    : rule_(rule), timed_(deadline.has_value()), remaining_(events.size()) {
+  if (timed_) timer_.at = *deadline;
   regs_.reserve(events.size());
   for (const Event& e : events) regs_.push_back(Registration{e.state(), 0});
   // A decision off the callback thread (the deadline, a stop) is carried there by this task,
   // made now: the timer thread and a stop callback must not fail for want of memory.
-  if (deadline_ || cancellable) posted_.push_back(Callback(PostedDelivery{}));
+  if (timed_ || cancellable) posted_ = std::make_unique<CallbackTask>(Callback(PostedDelivery{}));
 }
 
 bool AsyncWait::arm() {
@@ -26,8 +27,8 @@ bool AsyncWait::arm() {
           Callback([self = Ref<AsyncWait>(this), i] { self->on_event(i); }));
       registered_ = i + 1;
     }
-    if (deadline_ && !(state_.load(std::memory_order_acquire) & kClaimed)) {
-      timer_ = TimerQueue::get().schedule(*deadline_, Callback([self = Ref<AsyncWait>(this)] {
+    if (timed_ && !(state_.load(std::memory_order_acquire) & kClaimed)) {
+      timer_ = TimerQueue::get().schedule(timer_.at, Callback([self = Ref<AsyncWait>(this)] {
         self->on_deadline();
       }));
     }
@@ -98,7 +99,7 @@ void AsyncWait::abandon() noexcept {
   // Undecided: nobody will deliver, so take everything back, and let go of the delivery (the
   // executor's copy) here, with the frame, not whenever a callback in flight lets go of this.
   withdraw(kNone);
-  delivery_ = Callback();
+  delivery_.reset();
 }
 
 void AsyncWait::decided(bool here, std::size_t skip) noexcept {
@@ -122,13 +123,17 @@ void AsyncWait::withdraw(std::size_t skip) noexcept {
 }
 
 void AsyncWait::deliver() noexcept {
-  Callback delivery = std::move(delivery_);
-  if (!delivery) return;
-  // The frame was destroyed after the decision: nothing may reach its executor now (what the
-  // executor refers to often goes with the frame). Its copy is destroyed here.
-  if (state_.load(std::memory_order_acquire) & kAbandoned) return;
+  // The caller holds a reference: this outlives a resumed coroutine that lets go of its own.
+  const std::coroutine_handle<> resume = std::exchange(resume_, nullptr);
+  const std::unique_ptr<Callback> delivery = std::move(delivery_);
   try {
-    delivery();
+    if (resume) {
+      if (begin_resume()) resume.resume();  // false: the frame is gone
+    } else if (delivery && *delivery) {
+      // The frame was destroyed after the decision: nothing may reach its executor now (what
+      // the executor refers to often goes with the frame). Its copy is destroyed here.
+      if (!(state_.load(std::memory_order_acquire) & kAbandoned)) (*delivery)();
+    }
   } catch (...) {
     // An exception out of a resumed coroutine's body (its promise rethrew it): as a callback's.
     report_callback_error(std::current_exception(), regs_.empty() ? nullptr : regs_[0].event.get());
@@ -136,11 +141,13 @@ void AsyncWait::deliver() noexcept {
 }
 
 void AsyncWait::post_delivery() noexcept {
-  if (posted_.empty()) {  // not made (cannot happen: only a deadline or a stop gets here)
+  if (!posted_) {  // not made (cannot happen: only a deadline or a stop gets here)
     deliver();
     return;
   }
-  posted_.front()->fn.target<PostedDelivery>()->wait = Ref<AsyncWait>(this);
+  posted_->fn.target<PostedDelivery>()->wait = Ref<AsyncWait>(this);
+  CallbackList task;
+  task.push_back(std::move(posted_));
   const std::shared_ptr<EventState>& first = regs_[0].event;
   std::optional<Device> device;
   try {
@@ -149,7 +156,7 @@ void AsyncWait::post_delivery() noexcept {
     // (It takes a lock and copies a value: it does not throw in practice.)
   }
   // Dropped at process exit (the dispatcher has stopped), as every queued callback is.
-  Runtime::get().dispatcher(device).post(std::move(posted_), first);
+  Runtime::get().dispatcher(device).post(std::move(task), first);
 }
 
 // --- WaitHandle (eventide/coro.hpp) ------------------------------------------------------
@@ -174,14 +181,14 @@ WaitHandle WaitHandle::share(AsyncWait* wait) noexcept {
   return WaitHandle(wait);
 }
 
-void WaitHandle::set_delivery(Callback delivery) noexcept { wait_->set_delivery(std::move(delivery)); }
+void WaitHandle::set_resume(std::coroutine_handle<> coroutine) noexcept { wait_->set_resume(coroutine); }
+void WaitHandle::set_delivery(Callback delivery) { wait_->set_delivery(std::move(delivery)); }
 bool WaitHandle::arm() { return wait_->arm(); }
 void WaitHandle::cancel() noexcept { wait_->cancel(); }
 void WaitHandle::abandon() noexcept {
   if (wait_) wait_->abandon();
 }
 bool WaitHandle::begin_resume() noexcept { return wait_->begin_resume(); }
-bool WaitHandle::begin_resume(AsyncWait* wait) noexcept { return wait->begin_resume(); }
 void WaitHandle::fail_delivery(std::exception_ptr error) noexcept { wait_->fail_delivery(std::move(error)); }
 void WaitHandle::deliver() noexcept { wait_->deliver(); }
 const WaitOutcome& WaitHandle::outcome() const noexcept { return wait_->outcome(); }

@@ -39,6 +39,7 @@
 #pragma once
 
 #include <atomic>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -62,7 +63,8 @@ class AsyncWait final : public RefCounted {
   // std::bad_alloc. `cancellable`: cancel() may be called.
   AsyncWait(std::span<const Event> events, WaitRule rule, Deadline deadline, bool cancellable);
 
-  void set_delivery(Callback delivery) noexcept { delivery_ = std::move(delivery); }
+  void set_resume(std::coroutine_handle<> coroutine) noexcept { resume_ = coroutine; }
+  void set_delivery(Callback delivery) { delivery_ = std::make_unique<Callback>(std::move(delivery)); }
   bool arm();
   void cancel() noexcept;
   void abandon() noexcept;
@@ -107,16 +109,20 @@ class AsyncWait final : public RefCounted {
 
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
+  // Packed: 10,000 coroutines on one event are 10,000 of these (docs/PERFORMANCE.md).
   std::atomic<std::uint32_t> state_{0};
   const WaitRule rule_;
+  const bool timed_;                    // timer_.at is the deadline
   std::atomic<std::size_t> remaining_;  // all: events not yet seen finished
   SmallVector<Registration, 1> regs_;
   std::size_t registered_ = 0;  // written by arm() before ARMED
-  const Deadline deadline_;
-  TimerQueue::Key timer_;  // written by arm() before ARMED
-  WaitOutcome outcome_;    // written by the claimer before DECIDED
-  Callback delivery_;
-  CallbackList posted_;  // one PostedDelivery task, made by the constructor if needed
+  TimerQueue::Key timer_;       // at: the deadline; id: written by arm() before ARMED
+  WaitOutcome outcome_;         // written by the claimer before DECIDED
+  // The delivery: the coroutine to resume on the callback thread, or a callable (the
+  // executor's post, an asio completion), allocated only for those.
+  std::coroutine_handle<> resume_;
+  std::unique_ptr<Callback> delivery_;
+  std::unique_ptr<CallbackTask> posted_;  // one PostedDelivery task, made by the constructor if needed
 };
 
 }  // namespace eventide::detail
