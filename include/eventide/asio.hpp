@@ -163,14 +163,26 @@ struct AsioInitiate {
     }
     WaitHandle wait = WaitHandle::make(events, Rule, what.deadline(),
                                        op->slot_.is_connected() || stop.stop_possible());
-    if (op->slot_.is_connected()) op->slot_.template emplace<typename Op::SlotHandler>(wait);
     Op* raw = op.get();
+    // Throws before anything is registered: the handler goes unused, as in asio's own
+    // initiations that run out of memory.
     wait.set_delivery([op = std::move(op), w = wait.get()] { op->complete(WaitHandle::share(w).outcome()); });
-    if (stop.stop_possible()) {
-      raw->stop_callback_ = std::make_unique<std::stop_callback<typename Op::StopFn>>(
-          stop, typename Op::StopFn{wait});
+    bool armed;
+    try {
+      if (raw->slot_.is_connected()) raw->slot_.template emplace<typename Op::SlotHandler>(wait);
+      if (stop.stop_possible()) {
+        raw->stop_callback_ = std::make_unique<std::stop_callback<typename Op::StopFn>>(
+            stop, typename Op::StopFn{wait});
+      }
+      armed = wait.arm();
+    } catch (...) {
+      // Out of memory, or no thread for the timer: nothing will deliver (the wait was never
+      // armed) and what was registered is taken back; the handler gets the error, the asio
+      // way, rather than a wait that holds it for ever.
+      raw->complete(WaitOutcome{WaitEnd::failed, 0, std::current_exception()});
+      return;
     }
-    if (!wait.arm()) wait.deliver();  // decided while arming: completes through a post
+    if (!armed) wait.deliver();  // decided while arming: completes through a post
   }
 };
 
