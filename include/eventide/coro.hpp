@@ -247,7 +247,7 @@ struct ResumeOn {
   Executor executor;
 };
 template <class Executor>
-ResumeOn<std::decay_t<Executor>> resume_on(Executor&& executor) {
+[[nodiscard]] ResumeOn<std::decay_t<Executor>> resume_on(Executor&& executor) {
   static_assert(detail::PostsCallables<std::decay_t<Executor>>,
                 "eventide::resume_on: the executor must be copyable and take a callable through "
                 "execute(f) (asio's executors), post(f) (a thread pool), or its call operator");
@@ -258,16 +258,16 @@ ResumeOn<std::decay_t<Executor>> resume_on(Executor&& executor) {
 struct CancelOn {
   std::stop_token token;
 };
-inline CancelOn cancel_on(std::stop_token token) noexcept { return {std::move(token)}; }
+[[nodiscard]] inline CancelOn cancel_on(std::stop_token token) noexcept { return {std::move(token)}; }
 
 // The timeout form: the wait gives up at `at` (steady clock).
 struct WaitDeadline {
   std::chrono::steady_clock::time_point at;
 };
-inline WaitDeadline deadline(std::chrono::steady_clock::time_point at) noexcept { return {at}; }
+[[nodiscard]] inline WaitDeadline deadline(std::chrono::steady_clock::time_point at) noexcept { return {at}; }
 // Any duration; those beyond what the clock holds mean no time limit.
 template <class Rep, class Period>
-WaitDeadline timeout(std::chrono::duration<Rep, Period> d) noexcept {
+[[nodiscard]] WaitDeadline timeout(std::chrono::duration<Rep, Period> d) noexcept {
   using Clock = std::chrono::steady_clock;
   const std::chrono::nanoseconds ns = detail::saturating_ns(d);
   const Clock::time_point now = Clock::now();
@@ -281,7 +281,7 @@ class Awaiter;
 // What co_await takes: events, a rule, and the options. Made by when_all, when_any, or an
 // option applied to an event or a tensor (`e | ev::timeout(5ms)`); options chain.
 template <detail::WaitRule Rule, bool Timed = false, class Executor = detail::CallbackThread>
-class Awaitable {
+class [[nodiscard]] Awaitable {
  public:
   Awaitable(detail::EventList events, std::optional<std::chrono::steady_clock::time_point> deadline,
             std::optional<std::stop_token> stop, Executor executor)
@@ -392,7 +392,20 @@ class Awaiter {
     return false;
   }
 
-  auto await_resume() {
+  // With a timeout the result says whether the work finished: dropping it is a bug.
+  [[nodiscard]] auto await_resume()
+    requires Timed
+  {
+    return resume_result();
+  }
+  auto await_resume()
+    requires(!Timed)
+  {
+    return resume_result();
+  }
+
+ private:
+  auto resume_result() {
     suspended_ = false;
     stop_callback_.reset();  // waits for a stop callback running on another thread, if any
     const detail::WaitOutcome outcome = ready_ ? *ready_ : wait_.outcome();
@@ -419,7 +432,6 @@ class Awaiter {
     }
   }
 
- private:
   // The stop callback: the wait is kept alive by wait_, which outlives it (declared after it).
   struct StopFn {
     detail::WaitHandle wait;
