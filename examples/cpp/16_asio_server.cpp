@@ -41,9 +41,16 @@ awaitable<void> session(tcp::socket socket) {
   try {
     for (;;) {
       std::size_t length = co_await asio::async_read_until(socket, asio::dynamic_buffer(buffer), '\n', use_awaitable);
-      const int n = std::stoi(buffer.substr(0, length));
+      const std::string request = buffer.substr(0, length - 1);
       buffer.erase(0, length);
-      std::string reply = co_await answer(n);
+      std::string reply;
+      try {
+        // co_await rethrows the work's error (an OpError: out of device memory, ...); a
+        // server answers it instead of letting it end io.run().
+        reply = co_await answer(std::stoi(request));
+      } catch (const std::exception& e) {
+        reply = request + " error: " + e.what() + "\n";
+      }
       co_await asio::async_write(socket, asio::buffer(reply), use_awaitable);
       ++g_served;
     }
