@@ -101,10 +101,10 @@ class OneThreadPool {
     thread_.join();
   }
   void post(std::function<void()> fn) {
-    {
-      std::lock_guard lock(mu_);
-      queue_.push_back(std::move(fn));
-    }
+    // Notified under the lock: what is posted may end the test, whose thread then destroys
+    // the pool, while a notify after the unlock would still be using its condition variable.
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(fn));
     cv_.notify_all();
   }
   std::thread::id id() const { return thread_.get_id(); }
