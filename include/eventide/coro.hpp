@@ -126,7 +126,7 @@ Event event_of(const Tensor& tensor, const char* what);
 std::exception_ptr cancelled_error(std::span<const Event> events, WaitRule rule, const char* what);
 
 // A reference to the wait behind an awaiter (copies share it). Every member is noexcept but
-// make() and arm(); see the state machine above and src/core/async_wait.hpp.
+// make(), set_delivery() and arm(); see the state machine above and src/core/async_wait.hpp.
 class WaitHandle {
  public:
   WaitHandle() noexcept = default;
