@@ -7,10 +7,12 @@ set -euo pipefail
 # The library itself needs only g++/cmake and OpenBLAS (CUDA where built); nlohmann-json3-dev
 # and libcli11-dev are for the eventide command and the tests, libopenmpi-dev and openmpi-bin
 # for ev.distributed over MPI (and its mpirun tests), pkgconf for the pkg-config
-# test, python3-venv/-pip/-setuptools/-wheel for `pip install .` (offline) and its test.
+# test, python3-venv/-pip/-setuptools/-wheel for `pip install .` (offline) and its test,
+# libasio-dev (standalone asio, header-only) for the C++ coroutines' real client: the asio test
+# (tests/cpp/coro_asio_test.cpp) and the asio server example; the library does not need it.
 declare -A PACKAGES=(
   [build]="cmake ninja-build g++ libopenblas-dev libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin"
-  [test]="libgtest-dev libgmock-dev nlohmann-json3-dev pkgconf"
+  [test]="libgtest-dev libgmock-dev nlohmann-json3-dev pkgconf libasio-dev"
   [bench]="libbenchmark-dev"
   [python]="python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-hypothesis python3-venv python3-pip python3-setuptools python3-wheel"
   [browser]="chromium"

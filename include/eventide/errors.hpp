@@ -11,6 +11,9 @@
 //                    the native call and status where there is one.
 //   OpError          device work did not complete: an op threw, or it was skipped because
 //                    something it depends on failed. `cause()` is the original exception.
+//   Cancelled        a coroutine's wait was withdrawn because its std::stop_token was stopped
+//                    (eventide/coro.hpp); the work and the event it waited for are untouched.
+//                    C++ only: Python's awaits are cancelled the asyncio way.
 //
 // Messages name the objects involved ("add#7 on cpu stream 2", "event on cpu"), so an error
 // read in a log says where it came from. Thread-safety: these are plain values.
@@ -65,6 +68,11 @@ class OpError : public Error {
  private:
   std::string op_;
   std::exception_ptr cause_;
+};
+
+class Cancelled : public Error {
+ public:
+  using Error::Error;
 };
 
 }  // namespace eventide

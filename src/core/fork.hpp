@@ -23,6 +23,13 @@ enum class ForkStage : unsigned {
   // child: a new watcher thread for the imports made before the fork, once the runtime's
   // child step has put the runtime in order (src/ipc/watcher.cpp).
   ipc_watcher,
+  // prepare: the timer thread finishes the timer it is running (a coroutine's timeout: its
+  // decision and its hand-off to a callback thread), starts no other, and the queue's lock is
+  // held: before the runtime's prepare, which holds the callback threads' queues that a running
+  // timer hands coroutines to; child: a new timer thread if timers are scheduled, after the
+  // runtime's child step has put those callback threads in order; both: let go of the lock
+  // (src/core/timer.cpp).
+  timer,
   // prepare: every device quiesces (running CPU ops get kForkGrace to finish, none starts)
   // and holds its locks; parent: goes on; child: a working CPU, the GPUs lost
   // (src/core/runtime.cpp).

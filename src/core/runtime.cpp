@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/stream_state.hpp"
+#include "core/timer.hpp"
 #include "eventide/errors.hpp"
 #include "eventide/runtime.hpp"
 #include "eventide/tensor.hpp"
@@ -263,6 +264,8 @@ void Runtime::shutdown() noexcept {
   // Callbacks first: those of work failed below would run against a half-destroyed program.
   // One grace period for all the runtime's threads (not one each, one after another).
   const Clock::time_point deadline = Clock::now() + kExitGrace;
+  // Timers before the callback threads they hand coroutines to (core/timer.hpp).
+  if (TimerQueue* timers = TimerQueue::existing()) timers->shutdown(deadline);
   host_dispatcher_.request_stop();
   for (auto& c : contexts_) c->dispatcher().request_stop();
   host_dispatcher_.join_until(deadline);

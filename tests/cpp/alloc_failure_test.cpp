@@ -18,6 +18,10 @@
 // run, and the sweep covers every allocation of the scenario in both modes. A child that broke
 // reports where its first allocation failed and, if it ended in std::terminate, where that was
 // called from; EVENTIDE_TEST_FAIL_ALLOCATION=N runs that one N again.
+//
+// The length (over 600 lines): the binary's one operator new is the fault injector, and the
+// scenarios (coroutines among them) share its bookkeeping and checks; split, each part would
+// have to repeat the injector and the parent's sweep.
 #include <gtest/gtest.h>
 
 #include <execinfo.h>
@@ -31,6 +35,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <coroutine>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,10 +43,12 @@
 #include <new>
 #include <optional>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <eventide/coro.hpp>
 #include <eventide/eventide.hpp>
 
 // --- Fault injection: operator new --------------------------------------------------------
@@ -359,6 +366,44 @@ void threaded_work(ev::Stream& a, ev::Stream& b, ev::Stream& c) {
   }
 }
 
+// Coroutines (eventide/coro.hpp) that wait with a timeout and a stop token: each whose body
+// began (its frame was allocated) ends exactly once, whether its wait finished, timed out,
+// was cancelled or could not be armed (then the co_await throws).
+std::array<std::atomic<int>, kSlots> g_coro_ends{};
+std::array<bool, kSlots> g_coro_started{};
+struct Detached {  // starts at once, frees its frame at its end
+  struct promise_type {
+    Detached get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept {}
+  };
+};
+Detached await_counted(int i, ev::Event e, std::stop_token stop, std::chrono::milliseconds timeout) {
+  g_coro_started[static_cast<std::size_t>(i)] = true;
+  try {
+    (void)co_await (e | ev::timeout(timeout) | ev::cancel_on(std::move(stop)));
+  } catch (...) {
+  }
+  g_coro_ends[static_cast<std::size_t>(i)].fetch_add(1);
+}
+void coroutine_work(ev::Stream& a, ev::Stream&, ev::Stream&) {
+  std::optional<ev::UserEvent> gate;
+  std::optional<std::stop_source> stop;
+  step([&] { gate.emplace(); });
+  step([&] { stop.emplace(); });
+  if (!gate || !stop) return;
+  for (int i = 0; i < 4; ++i) {
+    step([&] { await_counted(i, *gate, stop->get_token(), i == 0 ? 1ms : 10s); });  // 0 times out
+  }
+  step([&] { await_counted(4, a.enqueue("op", [] {}), stop->get_token(), 10s); });
+  step([&] { gate->set(); });
+  step([&] { await_counted(5, *gate, stop->get_token(), 10s); });  // finished: no suspension
+  step([&] { std::this_thread::sleep_for(2ms); });                 // 0's timer fires meanwhile
+  stop->request_stop();  // what still waits is cancelled (never allocates)
+}
+
 using Scenario = void (*)(ev::Stream&, ev::Stream&, ev::Stream&);
 
 // After the scenario, with allocations back: every event finishes (or fails) in time; one
@@ -392,6 +437,15 @@ int check_after(long injected) {
       fail_child(g_callback_runs[i].load() == 0 ? "a callback whose add_callback returned never ran"
                                                 : "a callback ran more than once",
                  i);
+      return kChildBroken;
+    }
+  }
+  for (int i = 0; i < kSlots; ++i) {
+    if (!g_coro_started[i]) continue;
+    const auto end = Clock::now() + 10s;
+    while (g_coro_ends[i].load() == 0 && Clock::now() < end) std::this_thread::sleep_for(100us);
+    if (g_coro_ends[i].load() != 1) {
+      fail_child(g_coro_ends[i].load() == 0 ? "a coroutine never resumed" : "a coroutine resumed twice", i);
       return kChildBroken;
     }
   }
@@ -556,5 +610,9 @@ TEST(AllocationFailureTest, ProfiledWorkSurvivesEachSingleAllocationFailure) {
 TEST(AllocationFailureTest, ProfiledWorkSurvivesExhaustionFromEachAllocationOn) {
   sweep(profiled_work, kFrom);
 }
+
+TEST(AllocationFailureTest, CoroutinesSurviveEachSingleAllocationFailure) { sweep(coroutine_work, kOnce); }
+
+TEST(AllocationFailureTest, CoroutinesSurviveExhaustionFromEachAllocationOn) { sweep(coroutine_work, kFrom); }
 
 }  // namespace
