@@ -161,10 +161,10 @@ class OneThreadPool {
     thread_.join();
   }
   void post(std::function<void()> fn) {
-    {
-      std::lock_guard lock(mu_);
-      queue_.push_back(std::move(fn));
-    }
+    // Notified under the lock, as the tests' pool (coro_util.hpp) is: what is posted may end
+    // the run, whose thread then destroys the pool while a later notify still used it.
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(fn));
     cv_.notify_one();
   }
 
