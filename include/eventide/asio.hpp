@@ -112,8 +112,15 @@ class AsioOperation {
     stop_callback_.reset();  // waits for a stop callback running on another thread, if any
     std::exception_ptr cancelled;
     if (outcome.end == WaitEnd::cancelled) cancelled = cancelled_error(events_, Rule, "async_wait");
-    asio::post(executor_, [handler = std::move(handler_), work = std::move(work_), slot = slot_,
-                           outcome, cancelled]() mutable {
+    // The error made here is moved, not copied, into the completion: no reference to it stays
+    // on this thread, whose release could come after the handler has read it on its executor
+    // (an exception's count lives in the C++ runtime, out of a race detector's sight).
+    // The executor is kept busy until post() has returned, not only until the handler has
+    // run: a handler that ends the io_context's last work on its thread would otherwise let
+    // the context be destroyed while post() still signals it on this one.
+    const asio::executor_work_guard<Executor> busy = std::move(work_);
+    asio::post(executor_, [handler = std::move(handler_), slot = slot_, outcome,
+                           cancelled = std::move(cancelled)]() mutable {
       if (slot.is_connected()) slot.clear();  // on the executor, where the slot is emitted
       complete_asio<Rule, Timed>(handler, outcome, cancelled);
     });

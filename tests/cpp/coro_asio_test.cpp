@@ -21,6 +21,7 @@ TEST(CoroAsioTest, NeedsAsio) {
 #include <asio/experimental/awaitable_operators.hpp>
 
 #include <atomic>
+#include <memory>
 #include <stop_token>
 #include <thread>
 #include <variant>
@@ -214,6 +215,35 @@ TEST(CoroAsioTest, AUserEventSetOrFailedFromAnotherThreadResumesWithItsOutcome) 
     EXPECT_EQ(seen.failed.load(), 1);  // the rethrown "no input"
     EXPECT_EQ(seen.timed_out.load(), 2);
     EXPECT_EQ(seen.off_the_io_thread.load(), 0);
+  });
+}
+
+// The wait's completion is the io_context's last work, and the context is destroyed as soon as
+// run() returns: the thread that posted the completion must be done with the context by then
+// (the sanitizer builds catch a post still signalling a destroyed context). Many rounds, with
+// asio's coroutines and with a plain callback.
+TEST(CoroAsioTest, AnIoContextDestroyedOnceItsLastWaitHasCompletedIsNotTouchedAfterwards) {
+  run_with_deadline([] {
+    int completed = 0;
+    for (int round = 0; round < 200; ++round) {
+      auto io = std::make_unique<asio::io_context>();
+      Seen seen;
+      ev::UserEvent u;
+      if (round % 2 == 0) {
+        asio::co_spawn(*io, wait_one(u, seen, *io), asio::detached);
+      } else {
+        ev::async_wait(u, asio::bind_executor(*io, [&](std::exception_ptr error) {
+          if (!error) seen.on_io_thread(*io);
+        }));
+      }
+      std::thread io_thread([&] { io->run(); });
+      u.set();
+      io_thread.join();
+      io.reset();
+      completed += seen.resumed.load();
+      ASSERT_EQ(seen.off_the_io_thread.load(), 0);
+    }
+    EXPECT_EQ(completed, 200);
   });
 }
 
