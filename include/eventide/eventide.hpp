@@ -18,6 +18,7 @@
 #include "eventide/errors.hpp"
 #include "eventide/benchmark.hpp"
 #include "eventide/event.hpp"
+#include "eventide/graph.hpp"
 #include "eventide/distributed.hpp"
 #include "eventide/ipc.hpp"
 #include "eventide/profiler.hpp"

@@ -140,6 +140,14 @@ class DeviceBackend {
   virtual void after_fork_in_parent(ForkLocks locks) noexcept { (void)locks; }
   virtual bool after_fork_in_child() noexcept { return true; }
 
+  // Why the device's streams cannot capture graphs (eventide/graph.hpp), for the refusal
+  // ("…: capture on the cpu device"); empty where they can. A backend that can runs every
+  // body of an op again at each replay, on any of its streams: bodies that use their memory
+  // by address and nothing of the stream they were issued on.
+  virtual std::string why_no_capture() const {
+    return "graph capture is not supported on " + device().str() + " in this build";
+  }
+
   // Gives the memory the backend keeps for reuse (blocks of freed tensors) back to the system;
   // returns the bytes of its own caches given back. Never called under a runtime lock.
   virtual std::size_t empty_cache() noexcept { return 0; }

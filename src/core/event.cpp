@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "core/backend.hpp"
+#include "core/capture.hpp"
 #include "core/event_state.hpp"
 #include "core/runtime.hpp"
 #include "core/stream_state.hpp"
@@ -535,14 +536,14 @@ void Event::record(const Tensor& tensor) {
     state_->record_nothing(t.device);
     return;
   }
-  state_->record(std::move(producer), t.device);
+  state_->record(detail::CaptureState::record_of(std::move(producer), state_), t.device);
 }
 
 void Event::record(const Stream& stream) {
   auto& s = *stream.state();
   state_->check_device(s.device(), s);
-  state_->record(s.mark(state_->timing_enabled() ? detail::StreamState::MarkerTiming::timed
-                                                 : detail::StreamState::MarkerTiming::untimed),
+  state_->record(s.mark_for(state_, state_->timing_enabled() ? detail::StreamState::MarkerTiming::timed
+                                                            : detail::StreamState::MarkerTiming::untimed),
                  s.device());
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/capture.hpp"
 #include "core/event_state.hpp"
 #include "core/nvtx.hpp"
 #include "core/observer.hpp"
@@ -52,6 +53,11 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   nvtx::Scope range(name.c_str());
   Runtime::get().check_running();
   check_submit();
+  if (in_capture()) [[unlikely]] {
+    if (std::shared_ptr<CaptureState> c = capture()) {
+      return c->add_op(*this, std::move(name), reads, writes, std::move(body), options);
+    }
+  }
   auto work = make_ref<Work>(timeline_, std::move(name), WorkKind::op);
   work->body() = std::move(body);
   if (options.must_issue) work->set_must_issue();
@@ -102,8 +108,74 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
 }
 
 Ref<Work> StreamState::mark(MarkerTiming timing) {
+  refuse_in_capture("a marker that no event is recorded on");
   return enqueue_marker(timing == MarkerTiming::timed ? WorkKind::marker : WorkKind::untimed_marker,
                         MarkerOwner::user);
+}
+
+Ref<Work> StreamState::mark_for(const std::shared_ptr<EventState>& event, MarkerTiming timing) {
+  if (in_capture()) [[unlikely]] {
+    if (std::shared_ptr<CaptureState> c = capture()) return c->add_event(this, event);
+  }
+  return enqueue_marker(timing == MarkerTiming::timed ? WorkKind::marker : WorkKind::untimed_marker,
+                        MarkerOwner::user);
+}
+
+std::shared_ptr<CaptureState> StreamState::capture() const {
+  std::lock_guard lock(submit_mu_);
+  return capture_;
+}
+
+void StreamState::begin_capture(std::shared_ptr<CaptureState> capture) {
+  const std::string why = Runtime::get().context(device_).backend().why_no_capture();
+  if (!why.empty()) throw InvalidArgument("graph capture on " + name() + ": " + why);
+  std::lock_guard lock(submit_mu_);
+  if (capture_) {
+    throw StateError(name() + " is captured already (" + capture_->str() +
+                     "): end that capture first, or capture on another stream");
+  }
+  capture_ = std::move(capture);
+  capturing_.store(true, std::memory_order_release);
+}
+
+Ref<Work> StreamState::end_capture(const CaptureState& capture) noexcept {
+  std::shared_ptr<CaptureState> ours;  // released outside the lock
+  std::lock_guard lock(submit_mu_);
+  if (capture_.get() != &capture) return nullptr;
+  ours = std::move(capture_);
+  capturing_.store(false, std::memory_order_release);
+  return last_;
+}
+
+void StreamState::refuse_in_capture(const std::string& call) const {
+  if (!in_capture()) [[likely]] return;
+  if (std::shared_ptr<CaptureState> c = capture()) {
+    c->refuse(call + " on " + name() + " cannot be captured: nothing in a capture runs until the "
+              "graph is replayed; call it after the capture ends");
+  }
+}
+
+bool StreamState::wait_in_capture(EventState& event, std::span<const Ref<Work>> pending, bool failed) {
+  std::shared_ptr<CaptureState> theirs;
+  for (const Ref<Work>& w : pending) {
+    if (CaptureState* c = CaptureState::of(*w)) theirs = c->shared_from_this();
+  }
+  std::shared_ptr<CaptureState> mine = capture();
+  if (!mine && !theirs) return false;
+  if (!mine) {
+    // A stream waiting on an event recorded in a capture joins it, as CUDA's capture does.
+    if (!theirs->join(shared_from_this())) {
+      theirs->refuse(name() + " waits on an event recorded in it, and cannot join it: a capture "
+                     "takes streams of its own device (" + theirs->device().str() + ") alone");
+    }
+    mine = std::move(theirs);
+  }
+  if (failed && pending.empty()) {
+    mine->refuse(name() + " waits on " + event.str() + ", which failed: a graph cannot wait on it "
+                 "at each replay; capture without that wait");
+  }
+  mine->add_wait(*this, event, pending);
+  return true;
 }
 
 Ref<Work> StreamState::enqueue_marker(WorkKind kind, MarkerOwner owner) {
@@ -133,6 +205,9 @@ void StreamState::wait(EventState& event) {
   }
   // Finished without error: there is nothing to order after. (A failed event still makes a
   // wait, which fails in order and breaks the stream.)
+  if (in_capture() || !snap.pending.empty()) {
+    if (wait_in_capture(event, snap.pending, snap.error != nullptr)) return;
+  }
   if (snap.pending.empty() && !snap.error) return;
   check_submit();
   auto work = make_ref<Work>(timeline_, "wait", WorkKind::wait);
@@ -157,6 +232,7 @@ void StreamState::wait(EventState& event) {
 }
 
 bool StreamState::query() const {
+  refuse_in_capture("query");
   if (!own_work_done()) {
     timeline_->demand(enqueued(), Demand::soon);  // someone looks
     return false;
@@ -167,6 +243,7 @@ bool StreamState::query() const {
 bool StreamState::own_work_done() const { return timeline_->passed(enqueued()); }
 
 std::uint64_t StreamState::sync_point() {
+  refuse_in_capture("synchronize");
   // The marker synchronize needs is no work of the user's: observers do not see it.
   if (native_handle()) return enqueue_marker(WorkKind::untimed_marker, MarkerOwner::runtime)->seq();
   return enqueued();

@@ -21,6 +21,7 @@
 // Thread-safety: all members, from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <initializer_list>
@@ -41,6 +42,7 @@
 
 namespace eventide::detail {
 
+class CaptureState;
 class EventState;
 class Storage;
 class TensorState;
@@ -106,6 +108,9 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // Throws only before anything is enqueued.
   enum class MarkerTiming { timed, untimed };
   Ref<Work> mark(MarkerTiming timing = MarkerTiming::timed);
+  // mark() for `event`'s record (Event::record(stream)): on a capturing stream, the event is
+  // the capture's (recorded again at each replay) and is tied to the capture's Work.
+  Ref<Work> mark_for(const std::shared_ptr<EventState>& event, MarkerTiming timing);
   // All work enqueued so far has finished (on a GPU, the native stream's other work too).
   bool query() const;
   // The sequence number on this stream's timeline up to which everything enqueued so far
@@ -127,6 +132,20 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   virtual int priority() const noexcept { return 0; }
   // Whether every Work enqueued so far has finished (the native stream's other work aside).
   bool own_work_done() const;
+
+  // --- Graph capture (core/capture.hpp) ---
+  // Whether the stream captures (a hint without a lock: capture() decides).
+  bool in_capture() const noexcept { return capturing_.load(std::memory_order_acquire); }
+  // The capture this stream's work goes to, else null.
+  std::shared_ptr<CaptureState> capture() const;
+  // Makes the stream's work go to `capture` (CaptureState::begin and join call it).
+  // InvalidArgument where the device cannot capture; StateError if the stream captures already.
+  void begin_capture(std::shared_ptr<CaptureState> capture);
+  // The stream stops capturing for `capture` (if it still is); returns its last Work.
+  Ref<Work> end_capture(const CaptureState& capture) noexcept;
+  // If the stream captures: abandons the capture and throws, `call` being what cannot be
+  // captured ("synchronize").
+  void refuse_in_capture(const std::string& call) const;
   // How many Works have been enqueued here so far (ops, markers, waits).
   std::uint64_t enqueued() const;
   // Whether work enqueued here may be launched by another thread than the caller's (a held
@@ -157,6 +176,9 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   enum class MarkerOwner { user, runtime };
   // mark(), with the marker's kind and owner.
   Ref<Work> enqueue_marker(WorkKind kind, MarkerOwner owner);
+  // wait() of an event on a capturing stream, or of an event recorded in a capture: true when
+  // the capture took it (or refused it, throwing).
+  bool wait_in_capture(EventState& event, std::span<const Ref<Work>> pending, bool failed);
 
   const Device device_;
   const std::uint64_t id_;
@@ -165,6 +187,8 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   std::uint64_t enqueued_ = 0;
   Ref<Work> last_;  // the last Work enqueued
   Ref<Work> gate_;
+  std::shared_ptr<CaptureState> capture_;  // under submit_mu_
+  std::atomic<bool> capturing_{false};
 };
 
 // "cpu stream 3".

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/ref.hpp"
@@ -31,7 +32,7 @@
 
 namespace eventide::detail {
 
-class TensorState {
+class TensorState : public std::enable_shared_from_this<TensorState> {
  public:
   TensorState(Shape shape_, DType dtype_, Device device_, Ref<Storage> storage_)
       : shape(std::move(shape_)),

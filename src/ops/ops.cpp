@@ -2,6 +2,7 @@
 // the device's kernels on the calling thread's current stream.
 #include <limits>
 
+#include "core/capture.hpp"
 #include "core/runtime.hpp"
 #include "core/tensor_state.hpp"
 #include "eventide/errors.hpp"
@@ -106,7 +107,11 @@ std::shared_ptr<TensorState> new_tensor(Target& t, Shape shape, DType dtype) {
   detail::DeviceContext& ctx = t.ctx;
   std::size_t bytes = static_cast<std::size_t>(numel(shape)) * itemsize(dtype);
   auto storage = ctx.backend().allocate(bytes, *t.stream);
-  return std::make_shared<TensorState>(std::move(shape), dtype, ctx.device(), std::move(storage));
+  auto state = std::make_shared<TensorState>(std::move(shape), dtype, ctx.device(), std::move(storage));
+  if (t.stream->in_capture()) [[unlikely]] {
+    if (auto c = t.stream->capture()) c->adopt(*state);  // made in a capture: the graph's own
+  }
+  return state;
 }
 
 TensorState& check_defined(const Tensor& t, const char* op, const char* which) {
@@ -183,6 +188,8 @@ void check_random_dtype(const char* op, DType dtype) {
 }
 
 void launch_random(const char* op, Target& t, TensorState& out, ops::RandomKind kind, bool overwrites) {
+  t.stream->refuse_in_capture(std::string(op) + " (its numbers are drawn at the call: every "
+                              "replay would repeat them; draw outside the capture and copy_ them in)");
   ops::launch(*t.stream, op, {}, {&out},
               t.kernels.random(*t.stream, out, kind,
                                [&t](std::uint64_t blocks) { return t.ctx.reserve_random(blocks); }),

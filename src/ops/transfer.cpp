@@ -43,7 +43,12 @@ Copy copy_between(Device from, Device to) {
   auto& rt = detail::Runtime::get();
   detail::DeviceContext& f = rt.context(from);
   detail::DeviceContext& i = rt.context(to);  // InvalidArgument if it is not here
-  return Copy{f, i, kernels(f), rt.current_stream(from), rt.current_stream(to)};
+  Copy c{f, i, kernels(f), rt.current_stream(from), rt.current_stream(to)};
+  for (StreamState* s : {c.src_stream.get(), c.dst_stream.get()}) {
+    s->refuse_in_capture("a copy from " + from.str() + " to " + to.str() +
+                         " (a graph holds the work of one device)");
+  }
+  return c;
 }
 
 // Launches the copy of `src` into `dst` (of src's shape and dtype, on c.into's device) by the

@@ -28,6 +28,8 @@ class CpuBackend final : public detail::DeviceBackend {
 
   Device device() const override { return Device::cpu(); }
   DeviceInfo info() const override;
+  // Its ops' bodies use their memory by address and nothing of their stream: a graph replays them.
+  std::string why_no_capture() const override { return {}; }
   std::shared_ptr<StreamState> create_stream(std::uint64_t id, int priority) override;
   std::shared_ptr<StreamState> wrap_stream(void* native,
                                            const std::function<std::uint64_t()>& make_id) override;

@@ -1,0 +1,386 @@
+// Graph capture and replay: see core/capture.hpp.
+#include "core/capture.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <utility>
+
+#include "core/event_state.hpp"
+#include "core/runtime.hpp"
+#include "core/stream_state.hpp"
+#include "core/tensor_state.hpp"
+#include "eventide/errors.hpp"
+
+namespace eventide::detail {
+
+std::exception_ptr looked_at_error(const CaptureState& c) noexcept;
+
+namespace {
+
+std::atomic<std::uint64_t> next_graph_id{0};
+
+// The counter of a capture timeline, made before the Timeline that points to it.
+struct CaptureCounter {
+  std::atomic<std::uint64_t> value{0};
+};
+
+}  // namespace
+
+// Device-written in the Timeline's sense (its counter is its own, advanced by the capture),
+// so that whoever looks for its Work says so (demand): that is the refusal.
+class CaptureTimeline final : private CaptureCounter, public Timeline {
+ public:
+  CaptureTimeline(std::string name, std::weak_ptr<CaptureState> capture)
+      : Timeline(std::move(name), &value), capture_(std::move(capture)) {}
+  std::shared_ptr<CaptureState> capture() const noexcept { return capture_.lock(); }
+
+ protected:
+  void demanded(std::uint64_t seq, Demand how) noexcept override {
+    (void)seq;
+    std::shared_ptr<CaptureState> c = capture_.lock();
+    if (!c) return;
+    if (how == Demand::soon) {
+      // A poll, or a listener: from under any lock, so only noted here; the capture's next
+      // call abandons it (CaptureState::check_open).
+      c->looked_.store(true, std::memory_order_release);
+      return;
+    }
+    (void)c->abandon(looked_at_error(*c));
+  }
+
+ private:
+  std::weak_ptr<CaptureState> capture_;
+};
+
+std::exception_ptr looked_at_error(const CaptureState& c) noexcept {
+  try {
+    return std::make_exception_ptr(StateError(
+        c.str() + ": a host wait or a poll of captured work (wait, synchronize, poll, query, "
+        "reading a tensor's values) cannot be captured: nothing in a capture runs until the "
+        "graph is replayed; wait or poll after the capture, on what a replay returns"));
+  } catch (...) {
+    return out_of_memory_error();
+  }
+}
+
+CaptureState* CaptureState::of(const Work& work) noexcept {
+  if (!work.timeline().device_written()) return nullptr;  // the host's own timelines: not one
+  auto* t = dynamic_cast<const CaptureTimeline*>(&work.timeline());
+  if (!t) return nullptr;
+  std::shared_ptr<CaptureState> c = t->capture();
+  return c.get();  // alive while its stream holds it, or the caller's own reference
+}
+
+Ref<Work> CaptureState::record_of(Ref<Work> producer, const std::shared_ptr<EventState>& event) {
+  CaptureState* c = of(*producer);
+  return c ? c->add_event(nullptr, event) : producer;
+}
+
+CaptureState::CaptureState(const std::shared_ptr<StreamState>& origin)
+    : device_(origin->device()),
+      id_(++next_graph_id),
+      name_("the capture of graph " + std::to_string(id_) + " on " + origin->name()),
+      graph_(new GraphState()) {
+  streams_.push_back(origin);
+  joined_.push_back(Joined{});
+  graph_->device_ = device_;
+  graph_->id_ = id_;
+  graph_->captured_on_ = origin->name();
+}
+
+std::shared_ptr<CaptureState> CaptureState::begin(const std::shared_ptr<StreamState>& origin) {
+  std::shared_ptr<CaptureState> c(new CaptureState(origin));
+  c->timeline_ = make_ref<CaptureTimeline>("graph " + std::to_string(c->id_) + " (capture)", c);
+  c->work_ = make_ref<Work>(c->timeline_, "graph " + std::to_string(c->id_) + " (captured work)", WorkKind::op);
+  c->work_->set_seq(1);
+  origin->begin_capture(c);  // throws if the stream captures already: nothing else holds c
+  return c;
+}
+
+CaptureState::~CaptureState() {
+  // A capture Work is always finished: a Work nobody finishes would hang its waiters.
+  if (work_ && !work_->done()) finish_work(abandoned_ ? abandoned_ : out_of_memory_error());
+}
+
+std::size_t CaptureState::find_tensor(const std::vector<std::shared_ptr<TensorState>>& in,
+                                      const TensorState& t) const {
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i].get() == &t) return i;
+  }
+  return in.size();
+}
+
+void CaptureState::check_open() {
+  if (looked_.load(std::memory_order_acquire)) (void)abandon(looked_at_error(*this));
+  std::lock_guard lock(mu_);
+  if (phase_ == Phase::abandoned) std::rethrow_exception(abandoned_);
+  if (phase_ == Phase::ended) throw StateError(name_ + " has ended");
+}
+
+std::exception_ptr CaptureState::abandon(std::exception_ptr reason) noexcept {
+  {
+    std::lock_guard lock(mu_);
+    if (phase_ != Phase::open) return abandoned_ ? abandoned_ : reason;
+    phase_ = Phase::abandoned;
+    abandoned_ = std::move(reason);
+  }
+  finish_work(abandoned_);  // outside the lock: listeners fire inline
+  return abandoned_;
+}
+
+void CaptureState::refuse(const std::string& what) {
+  std::rethrow_exception(abandon(std::make_exception_ptr(StateError(name_ + ": " + what))));
+}
+
+void CaptureState::finish_work(std::exception_ptr error) noexcept {
+  if (!work_ || work_->done()) return;
+  work_->set_error(std::move(error));
+  work_->timeline().advance(1);
+}
+
+void CaptureState::adopt(TensorState& tensor) {
+  std::shared_ptr<TensorState> t = tensor.shared_from_this();
+  std::lock_guard lock(mu_);
+  if (phase_ != Phase::open) return;  // the op that made it will throw the abandonment
+  tensor.storage->mark_escaped();  // the graph's own memory: never reused in stream order
+  Work::Deps none;
+  tensor.use_for_write(work_, none);  // produced by the capture: no value until a replay
+  own_.push_back(std::move(t));
+}
+
+Ref<Work> CaptureState::add_op(StreamState& stream, std::string name, std::span<TensorState* const> reads,
+                               std::span<TensorState* const> writes, Callback body,
+                               const LaunchOptions& options) {
+  check_open();
+  if (options.after || !options.also_after.empty() || options.must_issue) {
+    refuse(name + " cannot be captured: it is ordered by work outside the capture (a collective, "
+                  "or the record of a native event); issue it outside the capture");
+  }
+  std::lock_guard lock(mu_);
+  if (phase_ != Phase::open) std::rethrow_exception(abandoned_);
+  // Everything the node touches is the graph's to keep, its memory out of stream-ordered reuse.
+  auto keep = [&](TensorState* t, std::vector<std::shared_ptr<TensorState>>& into) {
+    t->storage->mark_escaped();
+    if (find_tensor(into, *t) == into.size()) into.push_back(t->shared_from_this());
+  };
+  for (TensorState* t : reads) {
+    if (find_tensor(own_, *t) == own_.size()) keep(t, graph_->reads_);
+  }
+  for (TensorState* t : writes) {
+    // A write of a tensor from outside reads it too, in the replay's hazards: its producer's
+    // failure is the replay's (only the graph's own tensors are overwritten whole).
+    if (find_tensor(own_, *t) == own_.size()) keep(t, graph_->reads_);
+    keep(t, graph_->writes_);
+  }
+  std::size_t index = 0;
+  while (index < streams_.size() && streams_[index].lock().get() != &stream) ++index;
+  if (index == streams_.size()) std::rethrow_exception(abandoned_);  // (cannot happen)
+  graph_->nodes_.push_back(GraphNode{std::move(name), std::move(body), options.keep});
+  joined_[index].last_op = graph_->nodes_.size();
+  return work_;
+}
+
+Ref<Work> CaptureState::add_event(StreamState* stream, const std::shared_ptr<EventState>& event) {
+  check_open();
+  std::lock_guard lock(mu_);
+  if (phase_ != Phase::open) std::rethrow_exception(abandoned_);
+  std::size_t index = 0;
+  while (stream && index < streams_.size() && streams_[index].lock().get() != stream) ++index;
+  const std::size_t at = graph_->nodes_.size();
+  // Kept in position order; an event recorded twice is recorded again at each point.
+  graph_->points_.push_back(GraphPoint{at, event});
+  recorded_.push_back(Recorded{event.get(), index, at});
+  return work_;
+}
+
+void CaptureState::add_wait(StreamState& stream, const EventState& event, std::span<const Ref<Work>> pending) {
+  check_open();
+  for (const Ref<Work>& w : pending) {
+    if (w != work_) {
+      refuse(stream.name() + " waits for " + w->describe() +
+             ", work from outside the capture that has not finished (an op issued before it, or "
+             "a UserEvent not yet set): a graph cannot wait for it at each replay; wait for it "
+             "before the capture begins");
+    }
+  }
+  std::lock_guard lock(mu_);
+  std::size_t index = 0;
+  while (index < streams_.size() && streams_[index].lock().get() != &stream) ++index;
+  if (index != 0) return;  // a joined stream waits (its own order is the issue order)
+  // The origin waits for an event recorded on a joined stream: joined back up to there.
+  for (auto it = recorded_.rbegin(); it != recorded_.rend(); ++it) {
+    if (it->event == &event) {
+      if (it->stream < joined_.size()) {
+        joined_[it->stream].joined_back = std::max(joined_[it->stream].joined_back, it->position);
+      }
+      break;
+    }
+  }
+}
+
+bool CaptureState::join(const std::shared_ptr<StreamState>& stream) {
+  {
+    std::lock_guard lock(mu_);
+    if (phase_ == Phase::abandoned) std::rethrow_exception(abandoned_);
+    if (phase_ == Phase::ended) return false;
+    if (stream->device() != device_) return false;
+    streams_.push_back(stream);
+    joined_.push_back(Joined{});
+  }
+  stream->begin_capture(shared_from_this());
+  return true;
+}
+
+void CaptureState::detach_streams() noexcept {
+  std::vector<std::weak_ptr<StreamState>> streams;
+  {
+    std::lock_guard lock(mu_);
+    streams = streams_;
+  }
+  for (const auto& w : streams) {
+    if (std::shared_ptr<StreamState> s = w.lock()) {
+      Ref<Work> last = s->end_capture(*this);
+      std::lock_guard lock(mu_);
+      if (last && !last->done()) graph_->after_.push_back(std::move(last));
+    }
+  }
+}
+
+std::shared_ptr<GraphState> CaptureState::end() {
+  if (looked_.load(std::memory_order_acquire)) (void)abandon(looked_at_error(*this));
+  detach_streams();
+  std::shared_ptr<GraphState> graph;
+  std::string unjoined;
+  {
+    std::lock_guard lock(mu_);
+    if (phase_ == Phase::abandoned) {
+      phase_ = Phase::ended;
+      std::rethrow_exception(abandoned_);
+    }
+    if (phase_ == Phase::ended) throw StateError(name_ + " has ended already");
+    for (std::size_t i = 1; i < joined_.size(); ++i) {
+      if (joined_[i].last_op > joined_[i].joined_back) {
+        std::shared_ptr<StreamState> s = streams_[i].lock();
+        unjoined = s ? s->name() : "a stream";
+        break;
+      }
+    }
+    if (unjoined.empty()) {
+      phase_ = Phase::ended;
+      std::stable_sort(graph_->points_.begin(), graph_->points_.end(),
+                       [](const GraphPoint& a, const GraphPoint& b) { return a.position < b.position; });
+      graph = std::move(graph_);
+    }
+  }
+  if (!unjoined.empty()) {
+    (void)abandon(std::make_exception_ptr(StateError(
+        name_ + ": " + unjoined + " joined the capture (it waited on an event recorded in it) "
+        "but its last work was not joined back: record an event on " + unjoined +
+        " and have the capture's stream wait on it before the capture ends")));
+    std::lock_guard lock(mu_);
+    phase_ = Phase::ended;
+    std::rethrow_exception(abandoned_);
+  }
+  // What the capture stood for has no value until a replay: its tensors and events say so.
+  finish_work(std::make_exception_ptr(StateError(
+      "this belongs to graph " + std::to_string(id_) + ", captured on " + graph->captured_on_ +
+      ", and has no value until the graph is replayed: call replay() first, then wait on what "
+      "it returns")));
+  own_.clear();
+  return graph;
+}
+
+void CaptureState::discard() noexcept {
+  try {
+    (void)abandon(std::make_exception_ptr(StateError(name_ + " was left without being ended")));
+  } catch (...) {
+    (void)abandon(out_of_memory_error());
+  }
+  detach_streams();
+  std::lock_guard lock(mu_);
+  phase_ = Phase::ended;
+}
+
+// --- GraphState -----------------------------------------------------------------------------
+
+std::string GraphState::str() const {
+  return "graph " + std::to_string(id_) + " (" + std::to_string(nodes_.size()) +
+         (nodes_.size() == 1 ? " op" : " ops") + ", captured on " + captured_on_ + ")";
+}
+
+void GraphState::run_nodes(std::size_t begin, std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) {
+    GraphNode& n = nodes_[i];
+    if (!n.body) continue;
+    try {
+      n.body();
+    } catch (...) {
+      throw OpError(n.name + " failed in a replay of " + str() + ": " +
+                        describe_error(std::current_exception()),
+                    n.name, std::current_exception());
+    }
+  }
+}
+
+std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
+  if (stream.device() != device_) {
+    throw InvalidArgument("replay of " + str() + " on " + stream.name() +
+                          ": a graph replays on a stream of the device it was captured on (" +
+                          device_.str() + ")");
+  }
+  std::vector<TensorState*> reads;
+  std::vector<TensorState*> writes;
+  for (const auto& t : reads_) reads.push_back(t.get());
+  for (const auto& t : writes_) writes.push_back(t.get());
+  // The graph's own tensors are overwritten whole: the previous replay orders this one, its
+  // failure does not become this one's (a tensor from outside is among the reads too).
+  LaunchOptions first;
+  first.overwrites = true;
+  first.also_after = after_;
+  LaunchOptions last;
+  last.overwrites = true;
+
+  std::shared_ptr<GraphState> self = shared_from_this();
+  std::vector<Ref<Work>> ops;
+  Ref<Work> a_marker;
+  std::size_t begin = 0;
+  std::size_t point = 0;
+  const std::string name = "replay of graph " + std::to_string(id_);
+  // One op per stretch of nodes between the points where events are recorded; the first and
+  // the last carry the graph's hazards (the stream orders those between).
+  auto stretch_ends_at = [&](std::size_t end) {
+    if (end <= begin) return;
+    const bool is_first = ops.empty();
+    const bool hazards = is_first || end == nodes_.size();
+    const std::span<TensorState* const> none;
+    ops.push_back(stream.launch(name, hazards ? std::span<TensorState* const>(reads) : none,
+                                hazards ? std::span<TensorState* const>(writes) : none,
+                                [self, begin, end] { self->run_nodes(begin, end); },
+                                is_first ? first : last));
+    begin = end;
+  };
+  while (point < points_.size()) {
+    const std::size_t at = points_[point].position;
+    stretch_ends_at(at);
+    for (; point < points_.size() && points_[point].position == at; ++point) {
+      EventState& e = *points_[point].event;
+      Ref<Work> marker = stream.mark(e.timing_enabled() ? StreamState::MarkerTiming::timed
+                                                        : StreamState::MarkerTiming::untimed);
+      // Once per replay: an event the previous replay finished starts afresh here.
+      if (e.status() != EventStatus::pending) {
+        try {
+          e.reset_to_empty();
+        } catch (const StateError&) {
+          // Recorded again since, by someone else: this record joins theirs.
+        }
+      }
+      e.record(marker, device_);
+      a_marker = std::move(marker);
+    }
+  }
+  stretch_ends_at(nodes_.size());
+  if (ops.empty()) ops.push_back(a_marker ? a_marker : stream.mark(StreamState::MarkerTiming::timed));
+  return ops;
+}
+
+}  // namespace eventide::detail

@@ -1,0 +1,200 @@
+// Graph capture and replay (eventide/graph.hpp): the capture of a stream's work into a graph,
+// and the graph that replays it.
+//
+// Capture. While a stream captures, StreamState hands what is issued on it to its
+// CaptureState instead of its backend: an op becomes a node (its name, its body, the memory it
+// uses), an event recorded there becomes a point between nodes, and nothing runs. Streams
+// join a capture by waiting on an event recorded in it (and are joined back by the capture's
+// stream waiting on an event recorded on them); their work is the graph's too, in the order it
+// was issued, which is an order its dependencies allow.
+//
+// Every capture has a *capture Work*, on a timeline of its own, that stands for all it
+// captured: it produces the tensors made in the capture (the graph's own), and the events
+// recorded in it are tied to it. It never runs. It finishes when the capture does: failed
+// with "replay the graph first" when the capture ends (what it stands for has no value until
+// a replay), or with the reason when the capture is abandoned. So whoever looks for captured
+// work learns at once that it is not there, and nothing waits on it for ever:
+// - a host wait on it, or a poll, demands it (Timeline::demand): that abandons the capture
+//   (nothing may wait for work that has not run), with a refusal naming the capture;
+// - an eager op on another stream that reads a tensor of the capture depends on the capture
+//   Work, and fails with its error when the capture ends.
+// Calls that cannot be captured (a wait for work from outside the capture that has not
+// finished, a UserEvent gate, synchronize, a collective, a copy between devices, random
+// numbers) abandon the capture and throw; later calls on its streams throw the same reason
+// until the capture is ended.
+//
+// Replay. A graph replays its nodes on a stream as one op per stretch between the events it
+// holds, whose body runs the nodes' bodies in order, without the per-op launch work, and a
+// marker for those events (each one recorded again at its point of every replay). The first
+// and the last of those ops take the graph's tensors as theirs, so the hazards order the
+// replay like any op: after the writers of what it reads, after the readers of what it
+// writes (the previous replay's readers of the graph's memory too), and the graph's outputs
+// are produced by it. The graph keeps every tensor it touches, with its memory kept out of
+// stream-ordered reuse (Storage::mark_escaped): a replay may use it at any time.
+//
+// Thread-safety: CaptureState's members take its own lock, a leaf but for what a stream calls
+// under its submit lock (stream lock before capture lock). GraphState is immutable once made;
+// replay() from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/ref.hpp"
+#include "core/runtime_lock.hpp"
+#include "core/timeline.hpp"
+#include "core/work.hpp"
+#include "eventide/device.hpp"
+
+namespace eventide::detail {
+
+class EventState;
+class StreamState;
+class TensorState;
+struct LaunchOptions;
+class CaptureState;
+
+// One captured op.
+struct GraphNode {
+  std::string name;
+  Callback body;   // run at each replay; empty for an op that only orders
+  Ref<Storage> keep;  // memory its body uses besides its tensors' (a workspace)
+};
+
+// An event recorded in the capture: recorded again at each replay, after `position` nodes.
+struct GraphPoint {
+  std::size_t position = 0;
+  std::shared_ptr<EventState> event;
+};
+
+class GraphState : public std::enable_shared_from_this<GraphState> {
+ public:
+  Device device() const noexcept { return device_; }
+  std::uint64_t id() const noexcept { return id_; }
+  std::size_t ops() const noexcept { return nodes_.size(); }
+  // "graph 3 (12 ops, captured on cpu stream 1)".
+  std::string str() const;
+  // Replays the graph on `stream` (of the graph's device); returns the replay's work, which
+  // the caller ties an event to. InvalidArgument for a stream of another device.
+  std::vector<Ref<Work>> replay(StreamState& stream);
+
+ private:
+  friend class CaptureState;
+  GraphState() = default;
+  void run_nodes(std::size_t begin, std::size_t end);
+
+  Device device_ = Device::cpu();
+  std::uint64_t id_ = 0;
+  std::string captured_on_;
+  std::vector<GraphNode> nodes_;
+  std::vector<GraphPoint> points_;  // by position
+  // The tensors it reads from outside, those it writes (outside and its own), and its own.
+  std::vector<std::shared_ptr<TensorState>> reads_;
+  std::vector<std::shared_ptr<TensorState>> writes_;
+  // The last work of the capture's streams when it ended: the graph's memory may have been
+  // memory that work still used (stream-ordered reuse), so the first replay comes after it.
+  std::vector<Ref<Work>> after_;
+};
+
+// The capture timeline: a timeline of one Work, whose demand abandons its capture.
+class CaptureTimeline;
+
+class CaptureState : public std::enable_shared_from_this<CaptureState> {
+ public:
+  // Begins a capture on `origin`. InvalidArgument where its device cannot capture, StateError
+  // if it captures already.
+  static std::shared_ptr<CaptureState> begin(const std::shared_ptr<StreamState>& origin);
+  ~CaptureState();
+
+  Device device() const noexcept { return device_; }
+  std::uint64_t id() const noexcept { return id_; }
+  // "the capture of graph 3 on cpu stream 1".
+  const std::string& str() const noexcept { return name_; }
+  // The Work that stands for all the capture holds (see the header comment).
+  const Ref<Work>& work() const noexcept { return work_; }
+  // Whether `work` is a capture Work (of any capture), and which capture's.
+  static CaptureState* of(const Work& work) noexcept;
+  // What `event`, recorded on a tensor that `producer` produced, is tied to: `producer`, but
+  // for a tensor of a capture still open, whose event is the capture's (recorded again at
+  // this point of each replay).
+  static Ref<Work> record_of(Ref<Work> producer, const std::shared_ptr<EventState>& event);
+
+  // --- From a capturing stream (under none of its locks). Each throws the capture's abandonment
+  // once it has been abandoned, and abandons it (then throws) on what cannot be captured. ---
+  // An op: returns the capture Work.
+  Ref<Work> add_op(StreamState& stream, std::string name, std::span<TensorState* const> reads,
+                   std::span<TensorState* const> writes, Callback body, const LaunchOptions& options);
+  // An event recorded on `stream` (null: on a tensor of the capture, at this point): returns
+  // the capture Work, which the event is tied to.
+  Ref<Work> add_event(StreamState* stream, const std::shared_ptr<EventState>& event);
+  // `stream` waits for `pending` (an event's unfinished work; `event` the event): allowed for
+  // this capture's own work; joins the streams back.
+  void add_wait(StreamState& stream, const EventState& event, std::span<const Ref<Work>> pending);
+  // A tensor made by an op on a capturing stream: the graph's own.
+  void adopt(TensorState& tensor);
+  // Throws the abandonment if the capture was abandoned (or abandons it, then throws, if
+  // captured work was polled since the last call).
+  void check_open();
+
+  // `stream` joins the capture (it waits on an event recorded in it); false if it may not
+  // (another device: the caller refuses the wait).
+  bool join(const std::shared_ptr<StreamState>& stream);
+  // Abandons the capture for `reason` (a refusal: an InvalidArgument or StateError naming the
+  // call); returns the error the capture now fails with. Idempotent: the first reason stays.
+  std::exception_ptr abandon(std::exception_ptr reason) noexcept;
+  // abandon(StateError(str() + ": " + what)), thrown.
+  [[noreturn]] void refuse(const std::string& what);
+
+  // Ends the capture: the streams stop capturing, and the graph is made, or the abandonment
+  // (or a stream not joined back) thrown. Once.
+  std::shared_ptr<GraphState> end();
+  // Ends it abandoned (a capture scope left by an exception, or destroyed without end()).
+  void discard() noexcept;
+
+ private:
+  explicit CaptureState(const std::shared_ptr<StreamState>& origin);
+  // Detaches every stream of the capture; under no lock.
+  void detach_streams() noexcept;
+  // Finishes the capture Work with `error` (advances its timeline); under no lock.
+  void finish_work(std::exception_ptr error) noexcept;
+  std::size_t find_tensor(const std::vector<std::shared_ptr<TensorState>>& in, const TensorState& t) const;
+
+  const Device device_;
+  const std::uint64_t id_;
+  const std::string name_;
+  Ref<CaptureTimeline> timeline_;
+  Ref<Work> work_;
+
+  friend class CaptureTimeline;
+  // Captured work was polled (or listened for): the next call abandons the capture.
+  std::atomic<bool> looked_{false};
+  mutable RuntimeMutex mu_;
+  enum class Phase { open, abandoned, ended } phase_ = Phase::open;
+  std::exception_ptr abandoned_;
+  std::vector<std::weak_ptr<StreamState>> streams_;  // streams_[0]: the origin
+  // Per stream (same index): nodes captured on it, the last one's position, and the position
+  // up to which the origin waited for it (joined back).
+  struct Joined {
+    std::size_t last_op = 0;     // 1 + index of its last node; 0: none
+    std::size_t joined_back = 0;
+  };
+  std::vector<Joined> joined_;
+  std::shared_ptr<GraphState> graph_;  // what is being built
+  std::vector<std::shared_ptr<TensorState>> own_;  // tensors made in the capture
+  // Events recorded in the capture: their stream's index and position, for joins.
+  struct Recorded {
+    const EventState* event;
+    std::size_t stream;
+    std::size_t position;
+  };
+  std::vector<Recorded> recorded_;
+};
+
+}  // namespace eventide::detail
