@@ -81,6 +81,14 @@ class Graph {
   std::shared_ptr<detail::GraphState> state_;
 };
 
+// How a Capture treats its stream.
+struct CaptureOptions {
+  // The stream is the calling thread's current one in the Capture's scope (a StreamGuard), so
+  // that ops go to it; false leaves the current streams alone (the Python binding, whose
+  // `with` block makes it current its own way).
+  bool make_current = true;
+};
+
 class Capture {
  public:
   // Captures on a new stream of the default device (of the innermost StreamGuard's device, if
@@ -88,9 +96,10 @@ class Capture {
   Capture();
   // The same on `device`.
   explicit Capture(Device device);
-  // Captures on `stream`, made current for this scope. InvalidArgument where the device
-  // cannot capture; StateError if the stream captures already.
-  explicit Capture(const Stream& stream);
+  // Captures on `stream`, made current for this scope (unless options say otherwise).
+  // InvalidArgument where the device cannot capture; StateError if the stream captures
+  // already.
+  explicit Capture(const Stream& stream, CaptureOptions options = {});
   // Abandons the capture if end() was not called: nothing of it runs.
   ~Capture();
   Capture(const Capture&) = delete;

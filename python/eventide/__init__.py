@@ -37,6 +37,7 @@ from ._eventide import (  # noqa: F401  (re-exported)
     EventideError,
     EventStateError,
     ExportedEvent,
+    Graph,
     InvalidArgumentError,
     OpError,
     Profile,
@@ -48,6 +49,7 @@ from ._eventide import (  # noqa: F401  (re-exported)
     add,
     allow_tf32,
     bfloat16,
+    capture,
     cast,
     current_stream,
     default_device,
@@ -94,10 +96,10 @@ from . import distributed  # noqa: F401  (ev.distributed)
 _os.register_at_fork(before=_eventide._pause_for_fork, after_in_parent=_eventide._resume_after_fork)
 
 __all__ = [
-    "BenchmarkResult", "benchmark", "cast", "Device", "DeviceError", "Event", "EventideError", "EventStateError", "InvalidArgumentError",
+    "BenchmarkResult", "benchmark", "capture", "cast", "Device", "DeviceError", "Event", "EventideError", "EventStateError", "InvalidArgumentError",
     "OpError", "Profile", "Profiler", "Stream", "Tensor", "UserEvent", "add", "allow_tf32",
     "bfloat16", "current_stream", "default_device", "default_stream", "device_info", "devices",
-    "distributed", "div", "dtype", "empty", "empty_cache", "export_event", "ExportedEvent", "float16", "float32", "float64",
+    "distributed", "div", "dtype", "empty", "empty_cache", "export_event", "ExportedEvent", "float16", "Graph", "float32", "float64",
     "from_dlpack", "from_numpy", "full", "import_event", "int32",
     "int64", "is_available", "manual_seed", "matmul", "mul", "ones", "process_label", "profile",
     "rand", "randn", "range",

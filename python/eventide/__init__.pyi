@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from . import distributed as distributed
+from contextlib import AbstractContextManager
 from typing import Any, Callable, Generator, Iterable, Optional, Sequence, Tuple, TypeVar, Union
 
 __version__: str
@@ -284,6 +285,21 @@ def benchmark(fn: Callable[..., Any], *args: Any, n_repeat: int = 100, n_warmup:
     started after max_duration seconds), each between markers on the current stream of
     `device`: host time of the call and device time between the markers. progress: None
     shows a line on stderr after 1 s, True from the start, False never."""
+
+class Graph:
+    """Work captured once by ``with ev.capture() as g:``; each replay returns an Event."""
+    def replay(self, stream: Any = None) -> Event:
+        """Issue the whole graph on `stream` (the current stream of its device if None); the
+        Event finishes when this replay is done (wait, poll, callbacks, await, time_elapsed)."""
+    @property
+    def device(self) -> Device: ...
+    @property
+    def ops(self) -> int: ...
+
+def capture(stream: Any = None) -> AbstractContextManager[Graph]:
+    """``with ev.capture() as g:`` records the block's work on a new stream of the default
+    device (or on `stream`), current in the block, into g instead of running it. What cannot
+    be captured raises EventStateError and abandons the capture."""
 
 class profile:
     """``with ev.profile() as prof: ...``, then prof.export_chrome_trace(path),

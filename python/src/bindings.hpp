@@ -8,6 +8,7 @@
 //   fast_paths.cpp    plain CPython entry points for the calls made in tight loops
 //   profiler.cpp      Profiler and Profile
 //   benchmark.cpp     ev.benchmark and BenchmarkResult
+//   graphs.cpp        ev.capture and Graph
 //   distributed.cpp   the communicator (eventide.distributed's _distributed submodule)
 //   ipc.cpp           events across processes: export_event, import_event, ExportedEvent
 //   cli.cpp           _cli_main: the `eventide` program, for eventide/__main__.py
@@ -111,6 +112,9 @@ void bind_profiler(py::module_& m);
 
 // --- benchmark.cpp ---
 void bind_benchmark(py::module_& m);
+
+// --- graphs.cpp ---
+void bind_graphs(py::module_& m);
 
 // --- distributed.cpp ---
 void bind_distributed(py::module_& m);

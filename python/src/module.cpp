@@ -27,6 +27,7 @@ PYBIND11_MODULE(_eventide, m) {
   bind_tensors(m);
   bind_profiler(m);
   bind_benchmark(m);
+  bind_graphs(m);
   bind_distributed(m);
   bind_ipc(m);
   bind_cli(m);

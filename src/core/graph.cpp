@@ -52,9 +52,9 @@ Capture::Capture() : Capture(side_stream(capture_device())) {}
 
 Capture::Capture(Device device) : Capture(side_stream(device)) {}
 
-Capture::Capture(const Stream& stream)
+Capture::Capture(const Stream& stream, CaptureOptions options)
     : stream_(stream), state_(detail::CaptureState::begin(stream.state())) {
-  guard_.emplace(stream_);
+  if (options.make_current) guard_.emplace(stream_);
 }
 
 Capture::~Capture() {
