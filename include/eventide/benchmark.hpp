@@ -57,6 +57,11 @@ struct BenchmarkOptions {
   // The device whose current stream gets the markers; nullopt: the default device.
   std::optional<Device> device;
   std::string name;  // for str(); empty: "benchmark"
+  // Capture `fn` once into a graph (eventide/graph.hpp), on a stream of the device, and time
+  // its replays on the current stream instead of calls of `fn` (triton's do_bench_cudagraph):
+  // the device time of work shorter than its launch, without the launch. `fn` must be
+  // capturable (no host waits); its capture's error is thrown.
+  bool graph = false;
   BenchmarkProgress progress = BenchmarkProgress::automatic;
   std::chrono::duration<double> progress_after = std::chrono::seconds(1);
   // Where the progress line goes: called with the line (no line end) at most about five

@@ -217,7 +217,7 @@ def stream(s: Any):
 def benchmark(fn: Any, *args: Any, n_repeat: int = 100, n_warmup: int = 10,
               max_duration: Optional[float] = None, name: Optional[str] = None,
               device: Any = None, progress: Optional[bool] = None,
-              kwargs: Optional[dict] = None) -> BenchmarkResult:
+              kwargs: Optional[dict] = None, graph: bool = False) -> BenchmarkResult:
     """Time ``fn(*args, **kwargs)`` on the host and on the device::
 
         a, b = ev.randn(512, 512), ev.randn(512, 512)
@@ -240,6 +240,11 @@ def benchmark(fn: Any, *args: Any, n_repeat: int = 100, n_warmup: int = 10,
     ``fn`` (or by the work it enqueued) propagates, with no result. ValueError
     (InvalidArgumentError) for ``n_repeat < 1``, ``n_warmup < 0``, a negative
     ``max_duration``.
+
+    ``graph=True`` captures ``fn`` once (``ev.capture``, on a stream of ``device``) and times
+    replays of the graph instead of calls of ``fn``, as ``triton.testing.do_bench_cudagraph``
+    does: the device time of work shorter than its launch, without the launch. ``fn`` must be
+    capturable; the capture's EventStateError propagates.
     """
     if not callable(fn):
         raise TypeError(f"benchmark: fn must be callable, got {fn!r}")
@@ -250,6 +255,11 @@ def benchmark(fn: Any, *args: Any, n_repeat: int = 100, n_warmup: int = 10,
         name = getattr(fn, "__name__", None) or type(fn).__name__
     call_kwargs = dict(kwargs or {})
     call = fn if not args and not call_kwargs else (lambda: fn(*args, **call_kwargs))
+    if graph:
+        on = Stream(device) if device is not None else None
+        with capture(stream=on) as g:
+            call()
+        call = g.replay
     return _eventide._benchmark(call, n_repeat, n_warmup, max_duration, name, device, progress)
 
 

@@ -280,11 +280,12 @@ class BenchmarkResult:
 def benchmark(fn: Callable[..., Any], *args: Any, n_repeat: int = 100, n_warmup: int = 10,
               max_duration: Optional[float] = None, name: Optional[str] = None,
               device: DeviceLike = None, progress: Optional[bool] = None,
-              kwargs: Optional[dict[str, Any]] = None) -> BenchmarkResult:
+              kwargs: Optional[dict[str, Any]] = None, graph: bool = False) -> BenchmarkResult:
     """Time fn(*args, **kwargs): n_warmup untimed calls, then up to n_repeat timed ones (none
     started after max_duration seconds), each between markers on the current stream of
     `device`: host time of the call and device time between the markers. progress: None
-    shows a line on stderr after 1 s, True from the start, False never."""
+    shows a line on stderr after 1 s, True from the start, False never. graph=True: capture fn
+    once and time the graph's replays (ev.capture)."""
 
 class Graph:
     """Work captured once by ``with ev.capture() as g:``; each replay returns an Event."""

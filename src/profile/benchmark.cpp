@@ -2,6 +2,7 @@
 // runtime lock while `fn`, the progress sink or the wait hook runs: they are called from this
 // plain loop, between public API calls.
 #include "eventide/benchmark.hpp"
+#include "eventide/graph.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -167,11 +168,24 @@ BenchmarkResult benchmark(const std::function<void()>& fn, const BenchmarkOption
   result.device = options.device ? *options.device : default_device();
   result.n_warmup = options.n_warmup;
   auto wait = [&](const Event& e) { options.wait ? options.wait(e) : e.wait(); };
+  Graph graph;
+  if (options.graph) {
+    Capture capture(result.device);
+    fn();
+    graph = capture.end();
+  }
+  auto call = [&] {
+    if (options.graph) {
+      (void)graph.replay();
+    } else {
+      fn();
+    }
+  };
 
   // Warm-up: the same calls, their work waited for, nothing kept.
   for (int i = 0; i < options.n_warmup; ++i) {
     const std::vector<StreamAt> at_start = streams_of(result.device);
-    fn();
+    call();
     for (const Event& e : ends_of_run(result.device, at_start)) wait(e);
   }
 
@@ -193,7 +207,7 @@ BenchmarkResult benchmark(const std::function<void()>& fn, const BenchmarkOption
     Event before(result.device);
     before.record(Stream::current(result.device));
     const auto t0 = Clock::now();
-    fn();
+    call();
     const auto t1 = Clock::now();
     std::vector<Event> ends = ends_of_run(result.device, at_start);
     for (const Event& e : ends) wait(e);  // raises the error of failed work before the end

@@ -330,6 +330,26 @@ TEST(GraphTest, ANodeThatThrowsFailsThatReplayNamingIt) {
   });
 }
 
+TEST(GraphTest, ABenchmarkOfAGraphCapturesOnceAndTimesReplays) {
+  run_with_deadline([] {
+    Tensor x = ev::zeros({4});
+    Tensor one = ev::ones({4});
+    int calls = 0;
+    ev::BenchmarkResult r = ev::benchmark(
+        [&] {
+          ++calls;
+          for (int i = 0; i < 10; ++i) ev::add_out(x, x, one);
+        },
+        {.n_repeat = 5, .n_warmup = 2, .device = ev::Device::cpu(), .name = "chain", .graph = true});
+    EXPECT_EQ(calls, 1) << "captured once";
+    EXPECT_EQ(r.device_times.size(), 5u);
+    EXPECT_EQ(values(x), std::vector<float>(4, 70.0f)) << "7 replays of 10 adds";
+    // A function that cannot be captured: the capture's error, no result.
+    EXPECT_THROW_MSG((void)ev::benchmark([] { ev::ones({2}).wait(); }, {.graph = true}), ev::StateError,
+                     "the capture of graph");
+  });
+}
+
 TEST(GraphTest, BadUseSaysWhatIsWrong) {
   run_with_deadline([] {
     EXPECT_THROW_MSG(Graph().replay(), ev::StateError, "no graph");

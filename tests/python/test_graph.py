@@ -154,3 +154,20 @@ def test_joined_streams_are_captured_with_the_capture_stream():
     call_with_timeout(g.replay().wait)
     np.testing.assert_array_equal(values(a), np.ones(4, np.float32))
     np.testing.assert_array_equal(values(b), np.ones(4, np.float32))
+
+
+def test_benchmark_with_graph_captures_once_and_times_replays():
+    x = ev.zeros(4)
+    calls = []
+
+    def chain():
+        calls.append(1)
+        for _ in range(10):
+            ev.add(x, 1.0, out=x)
+
+    r = ev.benchmark(chain, n_repeat=5, n_warmup=2, graph=True, progress=False)
+    assert len(calls) == 1
+    assert r.n_runs == 5
+    np.testing.assert_array_equal(values(x), np.full(4, 70.0, np.float32))
+    with pytest.raises(ev.EventStateError, match="the capture of graph"):
+        ev.benchmark(lambda: ev.ones(2).numpy(), graph=True, progress=False)

@@ -9,6 +9,8 @@
 #include "measure.hpp"
 #include "wakeups.hpp"
 
+#include "eventide/graph.hpp"
+
 namespace ev = eventide;
 using namespace std::chrono_literals;
 
@@ -245,6 +247,41 @@ std::vector<Benchmark> cpu_suite(const SuiteOptions& options) {
                        "`ev::add` of two 1-element tensors, per op (1000, wait for the last)",
                        time_bar("eventide", ours), {time_bar("std::async launch + get", anchor)},
                        2000, false);
+  }});
+
+  suite.push_back({"graph.replay", "replay of a captured chain of 100 tiny adds, per op", 0.1 * q, [z] {
+    warm_up_cpu();
+    ev::Stream s(ev::Device::cpu());
+    ev::StreamGuard guard(s);
+    ev::Tensor x = finished_scalar(), one = finished_scalar();
+    constexpr int kChain = 100;
+    ev::Graph g;
+    {
+      ev::Capture capture(s);
+      for (int i = 0; i < kChain; ++i) ev::add_out(x, x, one);
+      g = capture.end();
+    }
+    // Each round: the chain eagerly, then replayed, waited for alike (the same stream, the
+    // same tensors), so both halves see the same machine.
+    std::vector<double> eager, replayed;
+    for (int round = 0; round < z.op_batches * 5; ++round) {
+      auto t0 = Clock::now();
+      for (int i = 0; i < kChain; ++i) ev::add_out(x, x, one);
+      x.wait();
+      eager.push_back(ns_between(t0, Clock::now()) / kChain);
+      t0 = Clock::now();
+      g.replay(s).wait();
+      replayed.push_back(ns_between(t0, Clock::now()) / kChain);
+    }
+    Bar ours = time_bar("eventide", replayed);
+    Bar anchor = time_bar("the same 100 adds issued eagerly", eager);
+    const double ratio = ours.value / anchor.value;
+    char goal[64];
+    std::snprintf(goal, sizeof goal, "≤ 0.5× eager (%.2f×)", ratio);
+    return time_figure("graph.replay",
+                       "`Graph::replay` of a captured chain of 100 `add_out` on 1-element "
+                       "tensors, per op (replay + wait)",
+                       std::move(ours), {std::move(anchor)}, goal, ratio <= 0.5, std::nullopt, false);
   }});
 
   const std::vector<std::int64_t> sizes =
