@@ -33,23 +33,25 @@ class CaptureTimeline final : private CaptureCounter, public Timeline {
   CaptureTimeline(std::string name, std::weak_ptr<CaptureState> capture)
       : Timeline(std::move(name), &value), capture_(std::move(capture)) {}
   std::shared_ptr<CaptureState> capture() const noexcept { return capture_.lock(); }
+  // Captured work was polled: the capture's next call abandons it (CaptureState::check_open).
+  bool looked() const noexcept { return looked_.load(std::memory_order_acquire); }
 
  protected:
   void demanded(std::uint64_t seq, Demand how) noexcept override {
     (void)seq;
-    std::shared_ptr<CaptureState> c = capture_.lock();
-    if (!c) return;
     if (how == Demand::soon) {
-      // A poll, or a listener: from under any lock, so only noted here; the capture's next
-      // call abandons it (CaptureState::check_open).
-      c->looked_.store(true, std::memory_order_release);
+      // A poll: from under any lock (an event's), so only noted, touching nothing but this
+      // flag (not even a reference to the capture, whose last one must not go here).
+      looked_.store(true, std::memory_order_release);
       return;
     }
-    (void)c->abandon(looked_at_error(*c));
+    // A host wait: no lock held; the capture is abandoned at once and the wait returns.
+    if (std::shared_ptr<CaptureState> c = capture_.lock()) (void)c->abandon(looked_at_error(*c));
   }
 
  private:
   std::weak_ptr<CaptureState> capture_;
+  std::atomic<bool> looked_{false};
 };
 
 std::exception_ptr looked_at_error(const CaptureState& c) noexcept {
@@ -63,16 +65,14 @@ std::exception_ptr looked_at_error(const CaptureState& c) noexcept {
   }
 }
 
-CaptureState* CaptureState::of(const Work& work) noexcept {
+std::shared_ptr<CaptureState> CaptureState::of(const Work& work) noexcept {
   if (!work.timeline().device_written()) return nullptr;  // the host's own timelines: not one
   auto* t = dynamic_cast<const CaptureTimeline*>(&work.timeline());
-  if (!t) return nullptr;
-  std::shared_ptr<CaptureState> c = t->capture();
-  return c.get();  // alive while its stream holds it, or the caller's own reference
+  return t ? t->capture() : nullptr;
 }
 
 Ref<Work> CaptureState::record_of(Ref<Work> producer, const std::shared_ptr<EventState>& event) {
-  CaptureState* c = of(*producer);
+  std::shared_ptr<CaptureState> c = of(*producer);
   return c ? c->add_event(nullptr, event) : producer;
 }
 
@@ -111,7 +111,7 @@ std::size_t CaptureState::find_tensor(const std::vector<std::shared_ptr<TensorSt
 }
 
 void CaptureState::check_open() {
-  if (looked_.load(std::memory_order_acquire)) (void)abandon(looked_at_error(*this));
+  if (timeline_->looked()) (void)abandon(looked_at_error(*this));
   std::lock_guard lock(mu_);
   if (phase_ == Phase::abandoned) std::rethrow_exception(abandoned_);
   if (phase_ == Phase::ended) throw StateError(name_ + " has ended");
@@ -247,7 +247,7 @@ void CaptureState::detach_streams() noexcept {
 }
 
 std::shared_ptr<GraphState> CaptureState::end() {
-  if (looked_.load(std::memory_order_acquire)) (void)abandon(looked_at_error(*this));
+  if (timeline_->looked()) (void)abandon(looked_at_error(*this));
   detach_streams();
   std::shared_ptr<GraphState> graph;
   std::string unjoined;

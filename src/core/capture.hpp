@@ -119,8 +119,8 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   const std::string& str() const noexcept { return name_; }
   // The Work that stands for all the capture holds (see the header comment).
   const Ref<Work>& work() const noexcept { return work_; }
-  // Whether `work` is a capture Work (of any capture), and which capture's.
-  static CaptureState* of(const Work& work) noexcept;
+  // The capture whose capture Work `work` is, while it lives; null for any other work.
+  static std::shared_ptr<CaptureState> of(const Work& work) noexcept;
   // What `event`, recorded on a tensor that `producer` produced, is tied to: `producer`, but
   // for a tensor of a capture still open, whose event is the capture's (recorded again at
   // this point of each replay).
@@ -172,9 +172,6 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   Ref<CaptureTimeline> timeline_;
   Ref<Work> work_;
 
-  friend class CaptureTimeline;
-  // Captured work was polled (or listened for): the next call abandons the capture.
-  std::atomic<bool> looked_{false};
   mutable RuntimeMutex mu_;
   enum class Phase { open, abandoned, ended } phase_ = Phase::open;
   std::exception_ptr abandoned_;

@@ -158,7 +158,7 @@ void StreamState::refuse_in_capture(const std::string& call) const {
 bool StreamState::wait_in_capture(EventState& event, std::span<const Ref<Work>> pending, bool failed) {
   std::shared_ptr<CaptureState> theirs;
   for (const Ref<Work>& w : pending) {
-    if (CaptureState* c = CaptureState::of(*w)) theirs = c->shared_from_this();
+    if (std::shared_ptr<CaptureState> c = CaptureState::of(*w)) theirs = std::move(c);
   }
   std::shared_ptr<CaptureState> mine = capture();
   if (!mine && !theirs) return false;
