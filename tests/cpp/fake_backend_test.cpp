@@ -45,6 +45,15 @@ TEST(FakeBackendTest, TheCoreRunsWithTheFakeBackendAlone) {
   EXPECT_EQ(ev::device_info(kFake0).name, "fake");
 }
 
+// A device whose backend does not say its bodies can be replayed refuses a capture before
+// anything is captured, naming the device, and the stream is left as it was.
+TEST(FakeBackendTest, ADeviceWithoutGraphsRefusesACaptureClearly) {
+  ev::Stream s(kFake0);
+  EXPECT_THROW_MSG(ev::Capture{s}, ev::InvalidArgument, "graph capture", "fake:0");
+  EXPECT_THROW_MSG(ev::Capture{kFake1}, ev::InvalidArgument, "graph capture", "fake:1");
+  EXPECT_FALSE(s.state()->in_capture());
+}
+
 TEST(FakeBackendTest, AnEventFinishesOnlyWhenTheDeviceHasRunTheWork) {
   run_with_deadline([] {
     ev::Stream s(kFake0);
