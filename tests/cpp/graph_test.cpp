@@ -21,16 +21,18 @@ using ev::Tensor;
 
 std::vector<float> values(const Tensor& t) { return t.to_vector<float>(); }
 
+// x += one, `n` times, captured on a stream of its own.
+Graph captured_adds(const Tensor& x, const Tensor& one, int n) {
+  Capture capture;
+  for (int i = 0; i < n; ++i) ev::add_out(x, x, one);
+  return capture.end();
+}
+
 TEST(GraphTest, NothingRunsInTheCaptureAndEachReplayRunsTheWholeChain) {
   run_with_deadline([] {
     Tensor x = ev::zeros({8});
     Tensor one = ev::ones({8});
-    Graph g;
-    {
-      Capture capture;
-      for (int i = 0; i < 100; ++i) ev::add_out(x, x, one);
-      g = capture.end();
-    }
+    Graph g = captured_adds(x, one, 100);
     EXPECT_EQ(g.ops(), 100u);
     EXPECT_EQ(values(x), std::vector<float>(8, 0.0f)) << "a capture runs nothing";
     ev::Event done = g.replay();
@@ -104,12 +106,7 @@ TEST(GraphTest, AReplaysEventTakesCallbacksAndWaitAllAndWaitAny) {
   run_with_deadline([] {
     Tensor x = ev::zeros({4});
     Tensor one = ev::ones({4});
-    Graph g;
-    {
-      Capture capture;
-      ev::add_out(x, x, one);
-      g = capture.end();
-    }
+    Graph g = captured_adds(x, one, 1);
     auto count = make_count();
     ev::Event a = g.replay();
     a.add_callback([count] { count->fetch_add(1); });
