@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "child_process.hpp"
 #include "test_util.hpp"
 
 namespace eventide_test {
@@ -44,25 +45,6 @@ bool eventually(P&& pred, std::chrono::nanoseconds timeout) {
     std::this_thread::sleep_for(10ms);
   }
   return true;
-}
-
-// Waits for child `pid` up to `timeout`, killing it then; its exit code, or -signal, or -999 if
-// it had to be killed.
-int wait_child(pid_t pid, std::chrono::nanoseconds timeout) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  for (;;) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (std::chrono::steady_clock::now() > end) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -999;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return -WTERMSIG(status);
 }
 
 TEST(PoolTest, TenThousandStreamsGatedOnOneUserEventHoldABoundedNumberOfThreads) {

@@ -21,6 +21,7 @@
 #include <eventide/coro.hpp>
 
 #include "core/timer.hpp"
+#include "child_process.hpp"
 #include "coro_util.hpp"
 
 // Set in a child that exits from inside a test body (std::exit, to run the runtime's shutdown):
@@ -33,24 +34,6 @@ namespace eventide_test {
 namespace {
 
 namespace rt = eventide::detail;
-
-// Waits for child `pid` up to `timeout`, killing it then; its exit code, or -signal, or -999
-// if it had to be killed.
-int wait_child(pid_t pid, std::chrono::nanoseconds timeout) {
-  const auto end = Clock::now() + timeout;
-  int status = 0;
-  for (;;) {
-    if (waitpid(pid, &status, WNOHANG) == pid) break;
-    if (Clock::now() > end) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -999;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return -WTERMSIG(status);
-}
 
 // The CPU time (clock ticks) the thread named `name` has used, or -1 if there is none.
 long thread_cpu_ticks(const std::string& name) {
