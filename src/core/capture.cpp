@@ -18,6 +18,7 @@ std::exception_ptr looked_at_error(const CaptureState& c) noexcept;
 namespace {
 
 std::atomic<std::uint64_t> next_graph_id{0};
+std::atomic<int> open_captures{0};  // CaptureStates alive
 
 // The counter of a capture timeline, made before the Timeline that points to it.
 struct CaptureCounter {
@@ -71,9 +72,17 @@ std::shared_ptr<CaptureState> CaptureState::of(const Work& work) noexcept {
   return t ? t->capture() : nullptr;
 }
 
-Ref<Work> CaptureState::record_of(Ref<Work> producer, const std::shared_ptr<EventState>& event) {
-  std::shared_ptr<CaptureState> c = of(*producer);
-  return c ? c->add_event(nullptr, event) : producer;
+bool CaptureState::any_open() noexcept { return open_captures.load(std::memory_order_acquire) > 0; }
+
+Ref<Work> CaptureState::record_of(Ref<Work> producer, const std::shared_ptr<EventState>& event, Device device) {
+  if (!any_open()) [[likely]] return producer;
+  // Recorded in a capture's scope (its stream current): at this point of each replay, also
+  // for a tensor from outside that the capture writes (its producer is still the eager one).
+  std::shared_ptr<StreamState> current = Runtime::get().current_stream(device);
+  if (std::shared_ptr<CaptureState> c = current->capture()) return c->add_event(current.get(), event);
+  // A tensor of a capture still open, recorded elsewhere: at the capture's current end.
+  if (std::shared_ptr<CaptureState> c = of(*producer)) return c->add_event(nullptr, event);
+  return producer;
 }
 
 CaptureState::CaptureState(const std::shared_ptr<StreamState>& origin)
@@ -90,6 +99,7 @@ CaptureState::CaptureState(const std::shared_ptr<StreamState>& origin)
 
 std::shared_ptr<CaptureState> CaptureState::begin(const std::shared_ptr<StreamState>& origin) {
   std::shared_ptr<CaptureState> c(new CaptureState(origin));
+  open_captures.fetch_add(1, std::memory_order_acq_rel);
   c->timeline_ = make_ref<CaptureTimeline>("graph " + std::to_string(c->id_) + " (capture)", c);
   c->work_ = make_ref<Work>(c->timeline_, "graph " + std::to_string(c->id_) + " (captured work)", WorkKind::op);
   c->work_->set_seq(1);
@@ -98,6 +108,7 @@ std::shared_ptr<CaptureState> CaptureState::begin(const std::shared_ptr<StreamSt
 }
 
 CaptureState::~CaptureState() {
+  open_captures.fetch_sub(1, std::memory_order_acq_rel);
   // A capture Work is always finished: a Work nobody finishes would hang its waiters.
   if (work_ && !work_->done()) finish_work(abandoned_ ? abandoned_ : out_of_memory_error());
 }
@@ -110,11 +121,16 @@ std::size_t CaptureState::find_tensor(const std::vector<std::shared_ptr<TensorSt
   return in.size();
 }
 
+void CaptureState::throw_closed_locked() const {
+  if (abandoned_) std::rethrow_exception(abandoned_);
+  throw StateError(name_ + " has ended: work issued on its streams runs as usual again, and a "
+                   "new Capture records anew");
+}
+
 void CaptureState::check_open() {
   if (timeline_->looked()) (void)abandon(looked_at_error(*this));
   std::lock_guard lock(mu_);
-  if (phase_ == Phase::abandoned) std::rethrow_exception(abandoned_);
-  if (phase_ == Phase::ended) throw StateError(name_ + " has ended");
+  if (phase_ != Phase::open) throw_closed_locked();
 }
 
 std::exception_ptr CaptureState::abandon(std::exception_ptr reason) noexcept {
@@ -156,8 +172,11 @@ Ref<Work> CaptureState::add_op(StreamState& stream, std::string name, std::span<
     refuse(name + " cannot be captured: it is ordered by work outside the capture (a collective, "
                   "or the record of a native event); issue it outside the capture");
   }
+  // The node is made before the lock: if keeping it fails, the body (a user's callable) goes
+  // with no lock held.
+  GraphNode node{std::move(name), std::move(body), options.keep};
   std::lock_guard lock(mu_);
-  if (phase_ != Phase::open) std::rethrow_exception(abandoned_);
+  if (phase_ != Phase::open) throw_closed_locked();
   // Everything the node touches is the graph's to keep, its memory out of stream-ordered reuse.
   auto keep = [&](TensorState* t, std::vector<std::shared_ptr<TensorState>>& into) {
     t->storage->mark_escaped();
@@ -174,8 +193,8 @@ Ref<Work> CaptureState::add_op(StreamState& stream, std::string name, std::span<
   }
   std::size_t index = 0;
   while (index < streams_.size() && streams_[index].lock().get() != &stream) ++index;
-  if (index == streams_.size()) std::rethrow_exception(abandoned_);  // (cannot happen)
-  graph_->nodes_.push_back(GraphNode{std::move(name), std::move(body), options.keep});
+  if (index == streams_.size()) throw_closed_locked();  // (the stream was detached)
+  graph_->nodes_.push_back(std::move(node));
   joined_[index].last_op = graph_->nodes_.size();
   return work_;
 }
@@ -183,7 +202,7 @@ Ref<Work> CaptureState::add_op(StreamState& stream, std::string name, std::span<
 Ref<Work> CaptureState::add_event(StreamState* stream, const std::shared_ptr<EventState>& event) {
   check_open();
   std::lock_guard lock(mu_);
-  if (phase_ != Phase::open) std::rethrow_exception(abandoned_);
+  if (phase_ != Phase::open) throw_closed_locked();
   std::size_t index = 0;
   while (stream && index < streams_.size() && streams_[index].lock().get() != stream) ++index;
   const std::size_t at = graph_->nodes_.size();
@@ -221,13 +240,24 @@ void CaptureState::add_wait(StreamState& stream, const EventState& event, std::s
 bool CaptureState::join(const std::shared_ptr<StreamState>& stream) {
   {
     std::lock_guard lock(mu_);
-    if (phase_ == Phase::abandoned) std::rethrow_exception(abandoned_);
-    if (phase_ == Phase::ended) return false;
+    if (phase_ != Phase::open) throw_closed_locked();
     if (stream->device() != device_) return false;
     streams_.push_back(stream);
     joined_.push_back(Joined{});
   }
   stream->begin_capture(shared_from_this());
+  // An end() that began meanwhile may have detached the streams before this one was attached:
+  // then it is detached here, and the wait that joined is refused.
+  bool late;
+  {
+    std::lock_guard lock(mu_);
+    late = phase_ != Phase::open;
+  }
+  if (late) {
+    (void)stream->end_capture(*this);
+    std::lock_guard lock(mu_);
+    throw_closed_locked();
+  }
   return true;
 }
 
@@ -248,16 +278,22 @@ void CaptureState::detach_streams() noexcept {
 
 std::shared_ptr<GraphState> CaptureState::end() {
   if (timeline_->looked()) (void)abandon(looked_at_error(*this));
+  Phase was;
+  {
+    std::lock_guard lock(mu_);
+    was = phase_;
+    if (was == Phase::ending || was == Phase::ended) throw StateError(name_ + " has ended already");
+    phase_ = Phase::ending;  // joins and captured calls are refused from here on
+  }
   detach_streams();
   std::shared_ptr<GraphState> graph;
   std::string unjoined;
   {
     std::lock_guard lock(mu_);
-    if (phase_ == Phase::abandoned) {
+    if (was == Phase::abandoned) {
       phase_ = Phase::ended;
       std::rethrow_exception(abandoned_);
     }
-    if (phase_ == Phase::ended) throw StateError(name_ + " has ended already");
     for (std::size_t i = 1; i < joined_.size(); ++i) {
       if (joined_[i].last_op > joined_[i].joined_back) {
         std::shared_ptr<StreamState> s = streams_[i].lock();
@@ -266,26 +302,31 @@ std::shared_ptr<GraphState> CaptureState::end() {
       }
     }
     if (unjoined.empty()) {
-      phase_ = Phase::ended;
       std::stable_sort(graph_->points_.begin(), graph_->points_.end(),
                        [](const GraphPoint& a, const GraphPoint& b) { return a.position < b.position; });
       graph = std::move(graph_);
     }
   }
+  std::exception_ptr error;
   if (!unjoined.empty()) {
-    (void)abandon(std::make_exception_ptr(StateError(
+    error = std::make_exception_ptr(StateError(
         name_ + ": " + unjoined + " joined the capture (it waited on an event recorded in it) "
         "but its last work was not joined back: record an event on " + unjoined +
-        " and have the capture's stream wait on it before the capture ends")));
+        " and have the capture's stream wait on it before the capture ends"));
+  } else {
+    // What the capture stood for has no value until a replay: its tensors and events say so.
+    error = std::make_exception_ptr(StateError(
+        "this belongs to graph " + std::to_string(id_) + ", captured on " + graph->captured_on_ +
+        ", and has no value until the graph is replayed: call replay() first, then wait on "
+        "what it returns"));
+  }
+  {
     std::lock_guard lock(mu_);
     phase_ = Phase::ended;
-    std::rethrow_exception(abandoned_);
+    if (!unjoined.empty()) abandoned_ = error;
   }
-  // What the capture stood for has no value until a replay: its tensors and events say so.
-  finish_work(std::make_exception_ptr(StateError(
-      "this belongs to graph " + std::to_string(id_) + ", captured on " + graph->captured_on_ +
-      ", and has no value until the graph is replayed: call replay() first, then wait on what "
-      "it returns")));
+  finish_work(error);
+  if (!unjoined.empty()) std::rethrow_exception(error);
   own_.clear();
   return graph;
 }
@@ -295,6 +336,11 @@ void CaptureState::discard() noexcept {
     (void)abandon(std::make_exception_ptr(StateError(name_ + " was left without being ended")));
   } catch (...) {
     (void)abandon(out_of_memory_error());
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (phase_ == Phase::ended) return;
+    phase_ = Phase::ending;
   }
   detach_streams();
   std::lock_guard lock(mu_);
@@ -328,17 +374,26 @@ std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
                           ": a graph replays on a stream of the device it was captured on (" +
                           device_.str() + ")");
   }
-  std::vector<TensorState*> reads;
+  // Every stretch declares the graph's tensors, so that whatever the stream does not order
+  // (another stream's readers and writers, which may act as soon as a point's event finishes)
+  // is ordered by the hazards against each stretch. The first one overwrites the graph's own
+  // tensors whole (the previous replay only orders it); each later one also reads everything
+  // the graph writes, so that it fails, as an eager op would, after a stretch that failed.
+  std::vector<TensorState*> first_reads;
+  std::vector<TensorState*> later_reads;
   std::vector<TensorState*> writes;
-  for (const auto& t : reads_) reads.push_back(t.get());
-  for (const auto& t : writes_) writes.push_back(t.get());
-  // The graph's own tensors are overwritten whole: the previous replay orders this one, its
-  // failure does not become this one's (a tensor from outside is among the reads too).
+  for (const auto& t : reads_) first_reads.push_back(t.get());
+  later_reads = first_reads;
+  for (const auto& t : writes_) {
+    writes.push_back(t.get());
+    if (std::find(later_reads.begin(), later_reads.end(), t.get()) == later_reads.end()) {
+      later_reads.push_back(t.get());
+    }
+  }
   LaunchOptions first;
   first.overwrites = true;
   first.also_after = after_;
-  LaunchOptions last;
-  last.overwrites = true;
+  const LaunchOptions later;
 
   std::shared_ptr<GraphState> self = shared_from_this();
   std::vector<Ref<Work>> ops;
@@ -346,17 +401,13 @@ std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
   std::size_t begin = 0;
   std::size_t point = 0;
   const std::string name = "replay of graph " + std::to_string(id_);
-  // One op per stretch of nodes between the points where events are recorded; the first and
-  // the last carry the graph's hazards (the stream orders those between).
+  // One op per stretch of nodes between the points where events are recorded.
   auto stretch_ends_at = [&](std::size_t end) {
     if (end <= begin) return;
     const bool is_first = ops.empty();
-    const bool hazards = is_first || end == nodes_.size();
-    const std::span<TensorState* const> none;
-    ops.push_back(stream.launch(name, hazards ? std::span<TensorState* const>(reads) : none,
-                                hazards ? std::span<TensorState* const>(writes) : none,
+    ops.push_back(stream.launch(name, is_first ? first_reads : later_reads, writes,
                                 [self, begin, end] { self->run_nodes(begin, end); },
-                                is_first ? first : last));
+                                is_first ? first : later));
     begin = end;
   };
   while (point < points_.size()) {
@@ -367,14 +418,7 @@ std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
       Ref<Work> marker = stream.mark(e.timing_enabled() ? StreamState::MarkerTiming::timed
                                                         : StreamState::MarkerTiming::untimed);
       // Once per replay: an event the previous replay finished starts afresh here.
-      if (e.status() != EventStatus::pending) {
-        try {
-          e.reset_to_empty();
-        } catch (const StateError&) {
-          // Recorded again since, by someone else: this record joins theirs.
-        }
-      }
-      e.record(marker, device_);
+      e.record(marker, device_, EventState::Round::fresh);
       a_marker = std::move(marker);
     }
   }

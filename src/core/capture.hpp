@@ -45,6 +45,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/ref.hpp"
@@ -124,7 +125,12 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   // What `event`, recorded on a tensor that `producer` produced, is tied to: `producer`, but
   // for a tensor of a capture still open, whose event is the capture's (recorded again at
   // this point of each replay).
-  static Ref<Work> record_of(Ref<Work> producer, const std::shared_ptr<EventState>& event);
+  static Ref<Work> record_of(Ref<Work> producer, const std::shared_ptr<EventState>& event, Device device);
+  // Whether the calling thread began this capture (a synchronize there is a mistake to refuse;
+  // on another thread it waits for what the capture's streams ran before it).
+  bool began_on_this_thread() const noexcept { return owner_ == std::this_thread::get_id(); }
+  // Whether any capture is open in the process (a hint, for paths that look only then).
+  static bool any_open() noexcept;
 
   // --- From a capturing stream (under none of its locks). Each throws the capture's abandonment
   // once it has been abandoned, and abandons it (then throws) on what cannot be captured. ---
@@ -160,6 +166,9 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
 
  private:
   explicit CaptureState(const std::shared_ptr<StreamState>& origin);
+  // Throws what a call on a capture that is no longer open gets: the abandonment, or that it
+  // has ended. Under mu_.
+  [[noreturn]] void throw_closed_locked() const;
   // Detaches every stream of the capture; under no lock.
   void detach_streams() noexcept;
   // Finishes the capture Work with `error` (advances its timeline); under no lock.
@@ -168,12 +177,14 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
 
   const Device device_;
   const std::uint64_t id_;
+  const std::thread::id owner_ = std::this_thread::get_id();
   const std::string name_;
   Ref<CaptureTimeline> timeline_;
   Ref<Work> work_;
 
   mutable RuntimeMutex mu_;
-  enum class Phase { open, abandoned, ended } phase_ = Phase::open;
+  // open -> abandoned (a refusal) -> ending (end() or discard() under way) -> ended.
+  enum class Phase { open, abandoned, ending, ended } phase_ = Phase::open;
   std::exception_ptr abandoned_;
   std::vector<std::weak_ptr<StreamState>> streams_;  // streams_[0]: the origin
   // Per stream (same index): nodes captured on it, the last one's position, and the position

@@ -1,5 +1,6 @@
 // Events: EventState's state machine, timing and callbacks (core/event_state.hpp), and the
-// public Event. Waiting is in wait.cpp, the kinds of event in their own files
+// public Event. Kept whole past 600 lines: the transitions share the event's one lock and its
+// helpers (refresh, fold, finish), which a split would have to expose. Waiting is in wait.cpp, the kinds of event in their own files
 // (core/event_kind.hpp).
 #include <algorithm>
 #include <atomic>
@@ -176,18 +177,18 @@ void EventState::on_armed_fence_passed() noexcept {
   run(actions);
 }
 
-void EventState::record(Ref<Work> work, std::optional<Device> device) {
+void EventState::record(Ref<Work> work, std::optional<Device> device, Round round) {
   if (Observer* o = observer()) [[unlikely]] {
-    record_observed(*o, std::move(work), device);
+    record_observed(*o, std::move(work), round, device);
     return;
   }
-  record_work(std::move(work), device);
+  record_work(std::move(work), device, round);
 }
 
-void EventState::record_observed(Observer& observer, Ref<Work> work, std::optional<Device> device) {
+void EventState::record_observed(Observer& observer, Ref<Work> work, Round round, std::optional<Device> device) {
   Ref<Work> op = work;
   const std::int64_t at = host_now_ns();
-  record_work(std::move(work), device);
+  record_work(std::move(work), device, round);
   // The record is made: the hook never throws (the caller would take it for a record that
   // failed).
   observer.on_record(*this, op, at);
@@ -203,11 +204,12 @@ void EventState::check_device(Device device, const StreamState& stream) {
   check_device_locked(device, [&] { return "a marker on " + stream.name(); });
 }
 
-void EventState::record_work(Ref<Work> work, std::optional<Device> device) {
+void EventState::record_work(Ref<Work> work, std::optional<Device> device, Round round) {
   Actions actions;
   RunOnExit run_actions{*this, actions};
   {
     std::lock_guard lock(mu_);
+    if (round == Round::fresh) refresh_locked(actions);
     if (device) check_device_locked(*device, [&] { return "work (" + work->describe() + ")"; });
     // Room for the Work, while a failure is still this call's exception (nothing has
     // changed): poll() and the listener move finished Works to untimed_, where nothing may
@@ -219,6 +221,7 @@ void EventState::record_work(Ref<Work> work, std::optional<Device> device) {
     } else if (!work->timing_known()) {
       reserve_for(untimed_, untimed_.size() + pending_.size() + 1);
     }
+    if (round == Round::fresh && status_.load(std::memory_order_relaxed) != EventStatus::pending) clear_locked();
     if (device) device_ = device;
     ++records_;
     if (work->done()) {
@@ -247,7 +250,7 @@ void EventState::record_nothing(Device device) {
   if (Observer* o = observer()) [[unlikely]] o->on_record(*this, nullptr, host_now_ns());
 }
 
-bool EventState::poll() noexcept {
+bool EventState::poll(bool demand) noexcept {
   EventStatus s = status_.load(std::memory_order_acquire);
   if (s != EventStatus::pending) return s != EventStatus::empty;
   Actions actions;
@@ -257,7 +260,9 @@ bool EventState::poll() noexcept {
     refresh_locked(actions);
     finished = finished_locked();
     // Someone looks: the device's watcher publishes (soon: lock-free, allocates nothing).
-    for (const Ref<Work>& w : pending_) w->timeline().demand(w->seq(), Demand::soon);
+    if (demand) {
+      for (const Ref<Work>& w : pending_) w->timeline().demand(w->seq(), Demand::soon);
+    }
   }
   run(actions);
   return finished;
@@ -456,7 +461,9 @@ EventState::Completion EventState::completion() {
 }
 
 std::string EventState::str() const {
-  const_cast<EventState*>(this)->poll();  // report the state as of now, not of the last poll
+  // The state as of now, not of the last poll; without demanding anything (printing an event
+  // is not looking for its work: a capture's would take it for a poll).
+  const_cast<EventState*>(this)->poll(/*demand=*/false);
   std::lock_guard lock(mu_);
   return str_locked();
 }
@@ -536,7 +543,7 @@ void Event::record(const Tensor& tensor) {
     state_->record_nothing(t.device);
     return;
   }
-  state_->record(detail::CaptureState::record_of(std::move(producer), state_), t.device);
+  state_->record(detail::CaptureState::record_of(std::move(producer), state_, t.device), t.device);
 }
 
 void Event::record(const Stream& stream) {

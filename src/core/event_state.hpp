@@ -63,7 +63,11 @@ class EventState : public std::enable_shared_from_this<EventState> {
 
   // Ties the event to `work`, of `device` (nullopt for host work). InvalidArgument if the
   // event belongs to another device.
-  void record(Ref<Work> work, std::optional<Device> device);
+  // Round::fresh (a graph's replay recording an event of its capture again): an event that is
+  // not pending starts afresh, in the same step (no one sees it EMPTY between), rather than
+  // adding the work to what it holds; a pending one adds it.
+  enum class Round { same, fresh };
+  void record(Ref<Work> work, std::optional<Device> device, Round round = Round::same);
   // Ties the event to nothing on `device` (a tensor no op produced): finishes it if empty.
   void record_nothing(Device device);
   // InvalidArgument if work of `device` cannot be recorded on this event (it belongs to
@@ -71,7 +75,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
   void check_device(Device device, const StreamState& stream);
 
   // (A poll that finds the event pending demands the publication of its work: Timeline::demand.)
-  bool poll() noexcept;
+  // `demand` false: only looks (str()), demanding no publication.
+  bool poll(bool demand = true) noexcept;
   EventStatus status() noexcept;
   // Demands the publication of the work the event is tied to (Timeline::demand); Demand::now
   // publishes on this thread, outside the event's lock.
@@ -219,8 +224,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
   void clear_locked();
   void run(Actions& actions) noexcept;
   // record() unobserved, and observed (kept out of the hot path).
-  void record_work(Ref<Work> work, std::optional<Device> device);
-  [[gnu::cold, gnu::noinline]] void record_observed(Observer& observer, Ref<Work> work,
+  void record_work(Ref<Work> work, std::optional<Device> device, Round round);
+  [[gnu::cold, gnu::noinline]] void record_observed(Observer& observer, Ref<Work> work, Round round,
                                                     std::optional<Device> device);
   // InvalidArgument unless this event may hold work of `device`; `what()` names the work
   // (only called to build the message). Under mu_.

@@ -54,7 +54,12 @@ Capture::Capture(Device device) : Capture(side_stream(device)) {}
 
 Capture::Capture(const Stream& stream, CaptureOptions options)
     : stream_(stream), state_(detail::CaptureState::begin(stream.state())) {
-  if (options.make_current) guard_.emplace(stream_);
+  try {
+    if (options.make_current) guard_.emplace(stream_);
+  } catch (...) {
+    state_->discard();  // (no destructor runs for a constructor that throws)
+    throw;
+  }
 }
 
 Capture::~Capture() {

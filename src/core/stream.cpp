@@ -147,9 +147,12 @@ Ref<Work> StreamState::end_capture(const CaptureState& capture) noexcept {
   return last_;
 }
 
-void StreamState::refuse_in_capture(const std::string& call) const {
+void StreamState::refuse_in_capture(const std::string& call, CaptureCaller who) const {
   if (!in_capture()) [[likely]] return;
   if (std::shared_ptr<CaptureState> c = capture()) {
+    // Another thread's synchronize or query of the stream: nothing captured runs, so it is
+    // about what the stream ran before the capture, as if the capture were not there.
+    if (who == CaptureCaller::owner_only && !c->began_on_this_thread()) return;
     c->refuse(call + " on " + name() + " cannot be captured: nothing in a capture runs until the "
               "graph is replayed; call it after the capture ends");
   }
@@ -232,7 +235,7 @@ void StreamState::wait(EventState& event) {
 }
 
 bool StreamState::query() const {
-  refuse_in_capture("query");
+  refuse_in_capture("query", CaptureCaller::owner_only);
   if (!own_work_done()) {
     timeline_->demand(enqueued(), Demand::soon);  // someone looks
     return false;
@@ -243,7 +246,7 @@ bool StreamState::query() const {
 bool StreamState::own_work_done() const { return timeline_->passed(enqueued()); }
 
 std::uint64_t StreamState::sync_point() {
-  refuse_in_capture("synchronize");
+  refuse_in_capture("synchronize", CaptureCaller::owner_only);
   // The marker synchronize needs is no work of the user's: observers do not see it.
   if (native_handle()) return enqueue_marker(WorkKind::untimed_marker, MarkerOwner::runtime)->seq();
   return enqueued();

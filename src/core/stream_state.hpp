@@ -144,8 +144,9 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // The stream stops capturing for `capture` (if it still is); returns its last Work.
   Ref<Work> end_capture(const CaptureState& capture) noexcept;
   // If the stream captures: abandons the capture and throws, `call` being what cannot be
-  // captured ("synchronize").
-  void refuse_in_capture(const std::string& call) const;
+  // captured ("synchronize"); with owner_only, only on the thread that began the capture.
+  enum class CaptureCaller { any_thread, owner_only };
+  void refuse_in_capture(const std::string& call, CaptureCaller who = CaptureCaller::any_thread) const;
   // How many Works have been enqueued here so far (ops, markers, waits).
   std::uint64_t enqueued() const;
   // Whether work enqueued here may be launched by another thread than the caller's (a held

@@ -44,9 +44,11 @@ Copy copy_between(Device from, Device to) {
   detail::DeviceContext& f = rt.context(from);
   detail::DeviceContext& i = rt.context(to);  // InvalidArgument if it is not here
   Copy c{f, i, kernels(f), rt.current_stream(from), rt.current_stream(to)};
-  for (StreamState* s : {c.src_stream.get(), c.dst_stream.get()}) {
-    s->refuse_in_capture("a copy from " + from.str() + " to " + to.str() +
-                         " (a graph holds the work of one device)");
+  if (from != to) {
+    for (StreamState* s : {c.src_stream.get(), c.dst_stream.get()}) {
+      s->refuse_in_capture("a copy from " + from.str() + " to " + to.str() +
+                           " (a graph holds the work of one device)");
+    }
   }
   return c;
 }
