@@ -23,8 +23,9 @@
 //   Tensors from outside are read, and written in place, at replay time.
 // * What cannot be captured abandons the capture and throws a StateError naming the capture
 //   and the call: a host wait or a poll of captured work, synchronize or query of a capturing
-//   stream, a wait for work from outside the capture that has not finished (a UserEvent gate,
-//   an op issued before), random numbers, a copy between devices, a collective. Later calls
+//   stream, a wait for a UserEvent not yet set (a gate), random numbers, a copy between
+//   devices, a collective. (A wait for device work from outside, still running, orders every
+//   replay after it.) Later calls
 //   on the capture's streams throw the same error; end() throws it; nothing hangs.
 //
 // Replay. `replay(stream)` issues the whole graph on `stream` (of the graph's device) and

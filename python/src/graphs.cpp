@@ -114,7 +114,7 @@ void bind_graphs(py::module_& m) {
       "`with ev.capture() as g:` records the work issued in the block on a new stream of the "
       "default device (or on `stream`), current in the block, into the Graph g instead of "
       "running it. What cannot be captured (a host wait or poll of captured work, synchronize, "
-      "a wait for unfinished work from outside, random numbers, a copy between devices) raises "
+      "a wait for a UserEvent not yet set, random numbers, a copy between devices) raises "
       "EventStateError and abandons the capture.");
 }
 

@@ -215,14 +215,20 @@ Ref<Work> CaptureState::add_event(StreamState* stream, const std::shared_ptr<Eve
 void CaptureState::add_wait(StreamState& stream, const EventState& event, std::span<const Ref<Work>> pending) {
   check_open();
   for (const Ref<Work>& w : pending) {
-    if (w != work_) {
+    if (w != work_ && w->kind() == WorkKind::host) {
       refuse(stream.name() + " waits for " + w->describe() +
-             ", work from outside the capture that has not finished (an op issued before it, or "
-             "a UserEvent not yet set): a graph cannot wait for it at each replay; wait for it "
-             "before the capture begins");
+             ", a step the host takes (a UserEvent not yet set): a graph cannot wait for the "
+             "host at each replay; wait for it before the capture begins, or gate the replay's "
+             "stream instead");
     }
   }
   std::lock_guard lock(mu_);
+  if (phase_ != Phase::open) throw_closed_locked();
+  // Device work from outside, still running (an op issued before, a stream's marker: a
+  // wait_stream): every replay comes after it, as the captured work came after it here.
+  for (const Ref<Work>& w : pending) {
+    if (w != work_) graph_->after_.push_back(w);
+  }
   std::size_t index = 0;
   while (index < streams_.size() && streams_[index].lock().get() != &stream) ++index;
   if (index != 0) return;  // a joined stream waits (its own order is the issue order)

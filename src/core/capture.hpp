@@ -18,8 +18,7 @@
 //   (nothing may wait for work that has not run), with a refusal naming the capture;
 // - an eager op on another stream that reads a tensor of the capture depends on the capture
 //   Work, and fails with its error when the capture ends.
-// Calls that cannot be captured (a wait for work from outside the capture that has not
-// finished, a UserEvent gate, synchronize, a collective, a copy between devices, random
+// Calls that cannot be captured (a UserEvent gate: a wait for the host; synchronize, a collective, a copy between devices, random
 // numbers) abandon the capture and throw; later calls on its streams throw the same reason
 // until the capture is ended.
 //

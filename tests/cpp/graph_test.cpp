@@ -246,17 +246,35 @@ TEST(GraphTest, APollOfCapturedWorkIsFalseAndAbandonsTheCaptureAtItsNextCall) {
   });
 }
 
-TEST(GraphTest, AWaitForUnfinishedOutsideWorkOrAUserEventGateAbandonsTheCapture) {
+TEST(GraphTest, AUserEventGateAbandonsTheCapture) {
   run_with_deadline([] {
     ev::UserEvent gate;
     expect_refused([&](Capture& c, Tensor&) { c.stream().wait(gate); }, "UserEvent");
     gate.set();
+  });
+}
+
+// Device work from outside the capture, still running when the capture's stream waits for it
+// (an op issued before; wait_stream's marker): every replay comes after it.
+TEST(GraphTest, AWaitForOutsideDeviceWorkStillRunningOrdersEveryReplayAfterIt) {
+  run_with_deadline([] {
     ev::UserEvent held;
     ev::Stream busy = gated_stream(held);
-    ev::Event pending = busy.record_event();
-    expect_refused([&](Capture& c, Tensor&) { c.stream().wait(pending); }, "before the capture begins");
+    Tensor x = ev::zeros({4});
+    Tensor one = ev::ones({4});
+    Graph g;
+    {
+      Capture capture;
+      capture.stream().wait_stream(busy);  // busy's marker waits behind the gate
+      ev::add_out(x, x, one);
+      g = capture.end();
+    }
+    ev::Event done = g.replay(ev::Stream());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(done.poll()) << "the replay waits for busy's work";
     held.set();
-    pending.wait();
+    done.wait();
+    EXPECT_EQ(values(x), std::vector<float>(4, 1.0f));
   });
 }
 
