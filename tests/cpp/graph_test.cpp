@@ -21,6 +21,19 @@ using ev::Tensor;
 
 std::vector<float> values(const Tensor& t) { return t.to_vector<float>(); }
 
+// The graph of what `issue` issues in a capture on a stream of its own (`issue` may take the
+// Capture, for its stream).
+template <class F>
+Graph captured(F&& issue) {
+  Capture capture;
+  if constexpr (std::is_invocable_v<F&, Capture&>) {
+    issue(capture);
+  } else {
+    issue();
+  }
+  return capture.end();
+}
+
 // x += one, `n` times, captured on a stream of its own.
 Graph captured_adds(const Tensor& x, const Tensor& one, int n) {
   Capture capture;
@@ -49,13 +62,10 @@ TEST(GraphTest, TensorsMadeInTheCaptureAreTheGraphsAndHaveNoValueBeforeTheFirstR
   run_with_deadline([] {
     Tensor in = ev::full({4}, 2.0f);
     Tensor out;
-    Graph g;
-    {
-      Capture capture;
+    Graph g = captured([&] {
       Tensor doubled = ev::add(in, in);
       out = ev::mul(doubled, in);  // 2x * x
-      g = capture.end();
-    }
+    });
     EXPECT_THROW_MSG((void)out.to_vector<float>(), ev::Error, "replay");
     g.replay();
     EXPECT_EQ(values(out), std::vector<float>(4, 8.0f));
@@ -71,16 +81,13 @@ TEST(GraphTest, EventsRecordedInTheCaptureAreRecordedAgainAtEachReplay) {
     Tensor x = ev::zeros({1 << 10});
     Tensor one = ev::ones({1 << 10});
     ev::Event start, middle, end;
-    Graph g;
-    {
-      Capture capture;
+    Graph g = captured([&] {
       start.record();
       for (int i = 0; i < 20; ++i) ev::add_out(x, x, one);
       middle.record();
       for (int i = 0; i < 20; ++i) ev::add_out(x, x, one);
       end.record();
-      g = capture.end();
-    }
+    });
     for (int round = 1; round <= 3; ++round) {
       ev::Event done = g.replay();
       end.wait();
@@ -123,13 +130,10 @@ TEST(GraphTest, AReplayOnAnotherStreamWaitsForTheReadersOfThePreviousReplaysOutp
     Tensor x = ev::zeros({4});
     Tensor one = ev::ones({4});
     Tensor out;
-    Graph g;
-    {
-      Capture capture;
+    Graph g = captured([&] {
       ev::add_out(x, x, one);
       out = ev::add(x, one);  // x + 1, the graph's own
-      g = capture.end();
-    }
+    });
     g.replay();  // out = 2
     ev::Stream reader;
     std::atomic<float> seen{-1.0f};
@@ -262,13 +266,10 @@ TEST(GraphTest, AWaitForOutsideDeviceWorkStillRunningOrdersEveryReplayAfterIt) {
     ev::Stream busy = gated_stream(held);
     Tensor x = ev::zeros({4});
     Tensor one = ev::ones({4});
-    Graph g;
-    {
-      Capture capture;
+    Graph g = captured([&](Capture& capture) {
       capture.stream().wait_stream(busy);  // busy's marker waits behind the gate
       ev::add_out(x, x, one);
-      g = capture.end();
-    }
+    });
     ev::Event done = g.replay(ev::Stream());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     EXPECT_FALSE(done.poll()) << "the replay waits for busy's work";
@@ -309,16 +310,13 @@ TEST(GraphTest, AnEagerOpOnATensorOfAnOpenCaptureFailsWhenItEndsAndNothingHangs)
     Tensor out;
     ev::Stream eager;
     Tensor read;
-    Graph g;
-    {
-      Capture capture;
+    Graph g = captured([&] {
       out = ev::add(ev::ones({4}), ev::ones({4}));
       {
         ev::StreamGuard on(eager);
         read = ev::add(out, out);  // runs eagerly, after what produces out: the capture
       }
-      g = capture.end();
-    }
+    });
     EXPECT_THROW_MSG((void)read.to_vector<float>(), ev::Error, "replay");
     g.replay();
     EXPECT_EQ(values(out), std::vector<float>(4, 2.0f));
@@ -329,14 +327,11 @@ TEST(GraphTest, ANodeThatThrowsFailsThatReplayNamingIt) {
   run_with_deadline([] {
     auto calls = make_count();
     Tensor x = ev::zeros({4});
-    Graph g;
-    {
-      Capture capture;
+    Graph g = captured([&](Capture& capture) {
       capture.stream().enqueue("flaky", [calls] {
         if (calls->fetch_add(1) == 1) throw std::runtime_error("second call fails");
       }, {}, {x});
-      g = capture.end();
-    }
+    });
     EXPECT_EQ(calls->load(), 0);
     g.replay().wait();
     ev::Event second = g.replay();
@@ -370,13 +365,10 @@ TEST(GraphTest, AnEventRecordedInTheCaptureOnATensorFromOutsideFollowsTheReplayT
     Tensor x = ev::zeros({4});
     Tensor one = ev::ones({4});
     ev::Event e;
-    Graph g;
-    {
-      Capture capture;
+    Graph g = captured([&] {
       ev::add_out(x, x, one);
       e.record(x);  // x's producer is still the eager zeros: the record is the capture's
-      g = capture.end();
-    }
+    });
     EXPECT_FALSE(e.poll() && !e.error()) << "it is no record of the zeros";
     ev::UserEvent gate;
     ev::Stream held = gated_stream(gate);
@@ -393,14 +385,11 @@ TEST(GraphTest, AFailureInAStretchFailsTheLaterStretchesThatUseItsOutputs) {
     Tensor t = ev::zeros({4});
     Tensor out;
     ev::Event middle;
-    Graph g;
-    {
-      Capture capture;
+    Graph g = captured([&](Capture& capture) {
       capture.stream().enqueue("boom", [] { throw std::runtime_error("boom"); }, {}, {t});
       middle.record();
       out = ev::add(t, t);
-      g = capture.end();
-    }
+    });
     ev::Event done = g.replay();
     EXPECT_THROW_MSG(done.wait(), ev::OpError, "boom");
     EXPECT_THROW_MSG((void)out.to_vector<float>(), ev::OpError, "boom");
@@ -411,12 +400,9 @@ TEST(GraphTest, CopyIntoATensorIsCapturedOnOneDevice) {
   run_with_deadline([] {
     Tensor x = ev::zeros({4});
     Tensor src = ev::full({4}, 5.0f);
-    Graph g;
-    {
-      Capture capture;
+    Graph g = captured([&] {
       x.copy_(src);
-      g = capture.end();
-    }
+    });
     EXPECT_EQ(values(x), std::vector<float>(4, 0.0f));
     g.replay();
     EXPECT_EQ(values(x), std::vector<float>(4, 5.0f));
@@ -449,13 +435,10 @@ TEST(GraphTest, AnEventOfTheCaptureIsNeverSeenEmptyByAWaiterWhileReplaysGoOn) {
     Tensor x = ev::zeros({4});
     Tensor one = ev::ones({4});
     ev::Event end;
-    Graph g;
-    {
-      Capture capture;
+    Graph g = captured([&] {
       ev::add_out(x, x, one);
       end.record();
-      g = capture.end();
-    }
+    });
     g.replay().wait();
     std::atomic<bool> stop{false};
     std::atomic<int> bad{0};
