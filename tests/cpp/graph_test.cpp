@@ -190,7 +190,8 @@ TEST(GraphTest, StreamsJoinedThroughEventsAreCapturedAndMustBeJoinedBack) {
       ev::StreamGuard on(side);
       ev::add_out(b, b, one);
     }
-    EXPECT_THROW_MSG((void)capture.end(), ev::StateError, "joined back", side.str().c_str());
+    const std::string side_name = side.str();  // (the macro reads its strings after the call)
+    EXPECT_THROW_MSG((void)capture.end(), ev::StateError, "joined back", side_name.c_str());
     EXPECT_EQ(values(b), std::vector<float>(4, 2.0f)) << "an abandoned capture ran nothing";
   });
 }
