@@ -404,6 +404,7 @@ std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
   std::shared_ptr<GraphState> self = shared_from_this();
   std::vector<Ref<Work>> ops;
   Ref<Work> a_marker;
+  std::vector<Ref<Work>> trailing;  // markers after the last stretch
   std::size_t begin = 0;
   std::size_t point = 0;
   const std::string name = "replay of graph " + std::to_string(id_);
@@ -426,10 +427,13 @@ std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
       // Once per replay: an event the previous replay finished starts afresh here.
       e.record(marker, device_, EventState::Round::fresh);
       a_marker = std::move(marker);
+      if (begin == nodes_.size()) trailing.push_back(a_marker);  // after the last stretch
     }
   }
   stretch_ends_at(nodes_.size());
-  if (ops.empty()) ops.push_back(a_marker ? a_marker : stream.mark(StreamState::MarkerTiming::timed));
+  if (ops.empty() && !a_marker) ops.push_back(stream.mark(StreamState::MarkerTiming::timed));  // an empty graph
+  // The replay is done when all it issued is: the events' points after its last op too.
+  for (Ref<Work>& m : trailing) ops.push_back(std::move(m));
   return ops;
 }
 

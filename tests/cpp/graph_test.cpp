@@ -90,8 +90,8 @@ TEST(GraphTest, EventsRecordedInTheCaptureAreRecordedAgainAtEachReplay) {
     });
     for (int round = 1; round <= 3; ++round) {
       ev::Event done = g.replay();
-      end.wait();
-      EXPECT_TRUE(done.poll());
+      done.wait();
+      EXPECT_TRUE(end.poll()) << "a replay's event covers the points after its last op";
       EXPECT_TRUE(start.poll());
       EXPECT_TRUE(middle.poll());
       const double first = start.elapsed_time(middle).count();
