@@ -18,10 +18,6 @@ Device capture_device() {
   return d ? *d : default_device();
 }
 
-// A new stream for a capture: no other code issues work on it. (Nothing needs to order it
-// after the stream that was current: a replay is ordered by the tensors it uses.)
-Stream side_stream(Device device) { return Stream(device); }
-
 }  // namespace
 
 Event Graph::replay(const Stream& stream) const {
@@ -48,9 +44,11 @@ std::size_t Graph::ops() const { return state_ ? state_->ops() : 0; }
 
 std::string Graph::str() const { return state_ ? state_->str() : "<no graph>"; }
 
-Capture::Capture() : Capture(side_stream(capture_device())) {}
+// Without a stream: a new one, on which no other code issues work. (Nothing needs to order it
+// after the stream that was current: a replay is ordered by the tensors it uses.)
+Capture::Capture() : Capture(Stream(capture_device())) {}
 
-Capture::Capture(Device device) : Capture(side_stream(device)) {}
+Capture::Capture(Device device) : Capture(Stream(device)) {}
 
 Capture::Capture(const Stream& stream, CaptureOptions options)
     : stream_(stream), state_(detail::CaptureState::begin(stream.state())) {

@@ -206,11 +206,12 @@ void StreamState::wait(EventState& event) {
     throw StateError(name() + ": cannot wait on an empty event (" + event.str() +
                      "): it would never finish");
   }
-  // Finished without error: there is nothing to order after. (A failed event still makes a
-  // wait, which fails in order and breaks the stream.)
+  // A capturing stream's wait, or a wait on an event recorded in a capture, is the capture's.
   if (in_capture() || !snap.pending.empty()) {
     if (wait_in_capture(event, snap.pending, snap.error != nullptr)) return;
   }
+  // Finished without error: there is nothing to order after. (A failed event still makes a
+  // wait, which fails in order and breaks the stream.)
   if (snap.pending.empty() && !snap.error) return;
   check_submit();
   auto work = make_ref<Work>(timeline_, "wait", WorkKind::wait);
