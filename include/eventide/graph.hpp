@@ -36,7 +36,11 @@
 // read, on any stream), and reading the graph's outputs waits for the replay that wrote them.
 // A node that throws fails the replay, naming the op, and what depends on it.
 //
-// Devices: the CPU. Another device refuses the capture with InvalidArgument, saying why.
+// Devices: the CPU (ops' bodies kept and run again) and CUDA GPUs (recorded into CUDA graphs,
+// one cudaGraphLaunch per stretch between the capture's events; inside the capture, a stream's
+// native_handle() is the capture's own CUDA stream, so other code's kernels launched there are
+// captured in order with eventide's ops). Another device refuses the capture with
+// InvalidArgument, saying why.
 //
 // Thread-safety: a Capture belongs to the thread that made it (its stream is that thread's
 // current one in its scope). Graph is a cheap handle; replay() from any thread.

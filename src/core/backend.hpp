@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/fork.hpp"
+#include "core/graph_recorder.hpp"
 #include "core/ref.hpp"
 #include "core/timeline.hpp"
 #include "eventide/device.hpp"
@@ -141,11 +142,17 @@ class DeviceBackend {
   virtual bool after_fork_in_child() noexcept { return true; }
 
   // Why the device's streams cannot capture graphs (eventide/graph.hpp), for the refusal
-  // ("…: capture on the cpu device"); empty where they can. A backend that can runs every
-  // body of an op again at each replay, on any of its streams: bodies that use their memory
-  // by address and nothing of the stream they were issued on.
+  // ("…: capture on the cpu device"); empty where they can.
   virtual std::string why_no_capture() const {
     return "graph capture is not supported on " + device().str() + " in this build";
+  }
+  // Where they can: the recorder of a new capture (core/graph_recorder.hpp); `graph` names
+  // it ("graph 3, captured on cpu stream 1"). By default the host's way: every op's body is
+  // kept and run again at each replay, on any of the device's streams (bodies that use their
+  // memory by address and nothing of the stream they were issued on). DeviceError if the
+  // device cannot begin one.
+  virtual std::unique_ptr<GraphRecorder> record_graph(std::string graph) {
+    return make_host_graph_recorder(std::move(graph));
   }
 
   // Gives the memory the backend keeps for reuse (blocks of freed tensors) back to the system;

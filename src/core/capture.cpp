@@ -98,7 +98,12 @@ CaptureState::CaptureState(const std::shared_ptr<StreamState>& origin)
 }
 
 std::shared_ptr<CaptureState> CaptureState::begin(const std::shared_ptr<StreamState>& origin) {
+  DeviceBackend& backend = Runtime::get().context(origin->device()).backend();
+  const std::string why = backend.why_no_capture();
+  if (!why.empty()) throw InvalidArgument("graph capture on " + origin->name() + ": " + why);
   std::shared_ptr<CaptureState> c(new CaptureState(origin));
+  c->recorder_ = backend.record_graph("graph " + std::to_string(c->id_) + ", captured on " + origin->name());
+  c->native_ = c->recorder_->native_stream();
   open_captures.fetch_add(1, std::memory_order_acq_rel);
   c->timeline_ = make_ref<CaptureTimeline>("graph " + std::to_string(c->id_) + " (capture)", c);
   c->work_ = make_ref<Work>(c->timeline_, "graph " + std::to_string(c->id_) + " (captured work)", WorkKind::op);
@@ -172,9 +177,20 @@ Ref<Work> CaptureState::add_op(StreamState& stream, std::string name, std::span<
     refuse(name + " cannot be captured: it is ordered by work outside the capture (a collective, "
                   "or the record of a native event); issue it outside the capture");
   }
-  // The node is made before the lock: if keeping it fails, the body (a user's callable) goes
-  // with no lock held.
-  GraphNode node{std::move(name), std::move(body), options.keep};
+  // In the recording's order (see the header comment); the body goes to the recorder under
+  // no runtime lock (a user's callable: released, or run into a GPU's graph, there).
+  std::lock_guard order(record_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (phase_ != Phase::open) throw_closed_locked();
+  }
+  try {
+    recorder_->add(name, std::move(body));
+  } catch (...) {
+    std::rethrow_exception(abandon(std::current_exception()));
+  }
+  if (options.keep) options.keep->mark_escaped();  // the graph's, used at any replay
+  GraphNode node{std::move(name), options.keep};
   std::lock_guard lock(mu_);
   if (phase_ != Phase::open) throw_closed_locked();
   // Everything the node touches is the graph's to keep, its memory out of stream-ordered reuse.
@@ -201,13 +217,22 @@ Ref<Work> CaptureState::add_op(StreamState& stream, std::string name, std::span<
 
 Ref<Work> CaptureState::add_event(StreamState* stream, const std::shared_ptr<EventState>& event) {
   check_open();
+  // The recording is cut here: the event is recorded again between the stretches.
+  std::lock_guard order(record_mu_);
+  std::unique_ptr<GraphStretch> stretch;
+  try {
+    stretch = recorder_->cut(false);
+  } catch (...) {
+    std::rethrow_exception(abandon(std::current_exception()));
+  }
   std::lock_guard lock(mu_);
   if (phase_ != Phase::open) throw_closed_locked();
+  if (stretch) graph_->stretches_.push_back(std::move(stretch));
   std::size_t index = 0;
   while (stream && index < streams_.size() && streams_[index].lock().get() != stream) ++index;
   const std::size_t at = graph_->nodes_.size();
   // Kept in position order; an event recorded twice is recorded again at each point.
-  graph_->points_.push_back(GraphPoint{at, event});
+  graph_->points_.push_back(GraphPoint{graph_->stretches_.size(), event});
   recorded_.push_back(Recorded{event.get(), index, at});
   return work_;
 }
@@ -293,48 +318,70 @@ std::shared_ptr<GraphState> CaptureState::end() {
   }
   detach_streams();
   std::shared_ptr<GraphState> graph;
-  std::string unjoined;
+  std::exception_ptr error;  // why there is no graph
   {
     std::lock_guard lock(mu_);
-    if (was == Phase::abandoned) {
-      phase_ = Phase::ended;
-      std::rethrow_exception(abandoned_);
-    }
-    for (std::size_t i = 1; i < joined_.size(); ++i) {
+    if (was == Phase::abandoned) error = abandoned_;
+    for (std::size_t i = 1; !error && i < joined_.size(); ++i) {
       if (joined_[i].last_op > joined_[i].joined_back) {
         std::shared_ptr<StreamState> s = streams_[i].lock();
-        unjoined = s ? s->name() : "a stream";
-        break;
+        const std::string unjoined = s ? s->name() : "a stream";
+        error = std::make_exception_ptr(StateError(
+            name_ + ": " + unjoined + " joined the capture (it waited on an event recorded in it) "
+            "but its last work was not joined back: record an event on " + unjoined +
+            " and have the capture's stream wait on it before the capture ends"));
       }
     }
-    if (unjoined.empty()) {
+  }
+  if (!error) {
+    // The last stretch, once every op issued on the streams is in (they are detached).
+    std::lock_guard order(record_mu_);
+    try {
+      std::unique_ptr<GraphStretch> last = recorder_->cut(true);
+      std::lock_guard lock(mu_);
+      if (last) graph_->stretches_.push_back(std::move(last));
       std::stable_sort(graph_->points_.begin(), graph_->points_.end(),
                        [](const GraphPoint& a, const GraphPoint& b) { return a.position < b.position; });
       graph = std::move(graph_);
+    } catch (...) {
+      error = std::current_exception();
     }
   }
-  std::exception_ptr error;
-  if (!unjoined.empty()) {
-    error = std::make_exception_ptr(StateError(
-        name_ + ": " + unjoined + " joined the capture (it waited on an event recorded in it) "
-        "but its last work was not joined back: record an event on " + unjoined +
-        " and have the capture's stream wait on it before the capture ends"));
-  } else {
-    // What the capture stood for has no value until a replay: its tensors and events say so.
-    error = std::make_exception_ptr(StateError(
-        "this belongs to graph " + std::to_string(id_) + ", captured on " + graph->captured_on_ +
-        ", and has no value until the graph is replayed: call replay() first, then wait on "
-        "what it returns"));
+  close_recorder();
+  if (error) {
+    {
+      std::lock_guard lock(mu_);
+      phase_ = Phase::ended;
+      if (!abandoned_) abandoned_ = error;
+    }
+    finish_work(error);
+    std::rethrow_exception(error);
   }
   {
     std::lock_guard lock(mu_);
     phase_ = Phase::ended;
-    if (!unjoined.empty()) abandoned_ = error;
+  }
+  // What the capture stood for has no value until a replay: its tensors and events say so.
+  try {
+    error = std::make_exception_ptr(StateError(
+        "this belongs to graph " + std::to_string(id_) + ", captured on " + graph->captured_on_ +
+        ", and has no value until the graph is replayed: call replay() first, then wait on "
+        "what it returns"));
+  } catch (...) {
+    error = out_of_memory_error();
   }
   finish_work(error);
-  if (!unjoined.empty()) std::rethrow_exception(error);
   own_.clear();
   return graph;
+}
+
+void CaptureState::close_recorder() noexcept {
+  // Under no runtime lock: a GPU's recorder ends its native capture and lets its stream go.
+  std::unique_ptr<GraphRecorder> recorder;
+  {
+    std::lock_guard order(record_mu_);
+    recorder = std::move(recorder_);
+  }
 }
 
 void CaptureState::discard() noexcept {
@@ -349,6 +396,7 @@ void CaptureState::discard() noexcept {
     phase_ = Phase::ending;
   }
   detach_streams();
+  close_recorder();
   std::lock_guard lock(mu_);
   phase_ = Phase::ended;
 }
@@ -358,20 +406,6 @@ void CaptureState::discard() noexcept {
 std::string GraphState::str() const {
   return "graph " + std::to_string(id_) + " (" + std::to_string(nodes_.size()) +
          (nodes_.size() == 1 ? " op" : " ops") + ", captured on " + captured_on_ + ")";
-}
-
-void GraphState::run_nodes(std::size_t begin, std::size_t end) {
-  for (std::size_t i = begin; i < end; ++i) {
-    GraphNode& n = nodes_[i];
-    if (!n.body) continue;
-    try {
-      n.body();
-    } catch (...) {
-      throw OpError(n.name + " failed in a replay of " + str() + ": " +
-                        describe_error(std::current_exception()),
-                    n.name, std::current_exception());
-    }
-  }
 }
 
 std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
@@ -405,32 +439,25 @@ std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
   std::vector<Ref<Work>> ops;
   Ref<Work> a_marker;
   std::vector<Ref<Work>> trailing;  // markers after the last stretch
-  std::size_t begin = 0;
   std::size_t point = 0;
   const std::string name = "replay of graph " + std::to_string(id_);
-  // One op per stretch of nodes between the points where events are recorded.
-  auto stretch_ends_at = [&](std::size_t end) {
-    if (end <= begin) return;
-    const bool is_first = ops.empty();
-    ops.push_back(stream.launch(name, is_first ? first_reads : later_reads, writes,
-                                [self, begin, end] { self->run_nodes(begin, end); },
-                                is_first ? first : later));
-    begin = end;
-  };
-  while (point < points_.size()) {
-    const std::size_t at = points_[point].position;
-    stretch_ends_at(at);
-    for (; point < points_.size() && points_[point].position == at; ++point) {
+  // One op per stretch, and the markers of the points before it.
+  for (std::size_t k = 0; k <= stretches_.size(); ++k) {
+    for (; point < points_.size() && points_[point].position == k; ++point) {
       EventState& e = *points_[point].event;
       Ref<Work> marker = stream.mark(e.timing_enabled() ? StreamState::MarkerTiming::timed
                                                         : StreamState::MarkerTiming::untimed);
       // Once per replay: an event the previous replay finished starts afresh here.
       e.record(marker, device_, EventState::Round::fresh);
       a_marker = std::move(marker);
-      if (begin == nodes_.size()) trailing.push_back(a_marker);  // after the last stretch
+      if (k == stretches_.size()) trailing.push_back(a_marker);  // after the last stretch
     }
+    if (k == stretches_.size()) break;
+    const bool is_first = ops.empty();
+    ops.push_back(stream.launch(name, is_first ? first_reads : later_reads, writes,
+                                [self, run = stretches_[k]->replay_on(stream)]() mutable { run(); },
+                                is_first ? first : later));
   }
-  stretch_ends_at(nodes_.size());
   if (ops.empty() && !a_marker) ops.push_back(stream.mark(StreamState::MarkerTiming::timed));  // an empty graph
   // The replay is done when all it issued is: the events' points after its last op too.
   for (Ref<Work>& m : trailing) ops.push_back(std::move(m));

@@ -2,8 +2,10 @@
 // and the graph that replays it.
 //
 // Capture. While a stream captures, StreamState hands what is issued on it to its
-// CaptureState instead of its backend: an op becomes a node (its name, its body, the memory it
-// uses), an event recorded there becomes a point between nodes, and nothing runs. Streams
+// CaptureState instead of its backend: an op becomes a node (its name and the memory it uses)
+// whose body goes to the device's GraphRecorder (core/graph_recorder.hpp: kept to run again on
+// the CPU, recorded into a CUDA graph on a GPU), an event recorded there cuts the recording
+// into stretches and becomes a point between them, and nothing runs. Streams
 // join a capture by waiting on an event recorded in it (and are joined back by the capture's
 // stream waiting on an event recorded on them); their work is the graph's too, in the order it
 // was issued, which is an order its dependencies allow.
@@ -22,9 +24,9 @@
 // numbers) abandon the capture and throw; later calls on its streams throw the same reason
 // until the capture is ended.
 //
-// Replay. A graph replays its nodes on a stream as one op per stretch between the events it
-// holds, whose body runs the nodes' bodies in order, without the per-op launch work, and a
-// marker for those events (each one recorded again at its point of every replay). The first
+// Replay. A graph replays on a stream as one op per stretch between the events it holds,
+// whose body is the stretch's (the nodes' bodies in order on the CPU, one launch of a native
+// graph on a GPU), without the per-op launch work, and a marker for those events (each one recorded again at its point of every replay). The first
 // and the last of those ops take the graph's tensors as theirs, so the hazards order the
 // replay like any op: after the writers of what it reads, after the readers of what it
 // writes (the previous replay's readers of the graph's memory too), and the graph's outputs
@@ -32,8 +34,11 @@
 // stream-ordered reuse (Storage::mark_escaped): a replay may use it at any time.
 //
 // Thread-safety: CaptureState's members take its own lock, a leaf but for what a stream calls
-// under its submit lock (stream lock before capture lock). GraphState is immutable once made;
-// replay() from any thread.
+// under its submit lock (stream lock before capture lock). What goes to the recorder (a body,
+// a cut) is ordered by the capture's recording lock, taken first and under no runtime lock,
+// and held while a GPU recorder runs a body: a body may issue more work into the capture (the
+// lock is recursive), and another thread's op waits for it. GraphState is immutable once
+// made; replay() from any thread.
 #pragma once
 
 #include <atomic>
@@ -47,6 +52,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/graph_recorder.hpp"
 #include "core/ref.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/timeline.hpp"
@@ -61,14 +67,13 @@ class TensorState;
 struct LaunchOptions;
 class CaptureState;
 
-// One captured op.
+// One captured op (its body is the recorder's).
 struct GraphNode {
   std::string name;
-  Callback body;   // run at each replay; empty for an op that only orders
   Ref<Storage> keep;  // memory its body uses besides its tensors' (a workspace)
 };
 
-// An event recorded in the capture: recorded again at each replay, after `position` nodes.
+// An event recorded in the capture: recorded again at each replay, after `position` stretches.
 struct GraphPoint {
   std::size_t position = 0;
   std::shared_ptr<EventState> event;
@@ -88,12 +93,12 @@ class GraphState : public std::enable_shared_from_this<GraphState> {
  private:
   friend class CaptureState;
   GraphState() = default;
-  void run_nodes(std::size_t begin, std::size_t end);
 
   Device device_ = Device::cpu();
   std::uint64_t id_ = 0;
   std::string captured_on_;
   std::vector<GraphNode> nodes_;
+  std::vector<std::unique_ptr<GraphStretch>> stretches_;
   std::vector<GraphPoint> points_;  // by position
   // The tensors it reads from outside, those it writes (outside and its own), and its own.
   std::vector<std::shared_ptr<TensorState>> reads_;
@@ -130,6 +135,8 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   bool began_on_this_thread() const noexcept { return owner_ == std::this_thread::get_id(); }
   // Whether any capture is open in the process (a hint, for paths that look only then).
   static bool any_open() noexcept;
+  // The native stream the capture's streams hand out for theirs (GraphRecorder), else null.
+  void* native_stream() const noexcept { return native_; }
 
   // --- From a capturing stream (under none of its locks). Each throws the capture's abandonment
   // once it has been abandoned, and abandons it (then throws) on what cannot be captured. ---
@@ -172,6 +179,8 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   void detach_streams() noexcept;
   // Finishes the capture Work with `error` (advances its timeline); under no lock.
   void finish_work(std::exception_ptr error) noexcept;
+  // Lets the recorder go (a GPU's ends its native capture); under no lock.
+  void close_recorder() noexcept;
   std::size_t find_tensor(const std::vector<std::shared_ptr<TensorState>>& in, const TensorState& t) const;
 
   const Device device_;
@@ -180,6 +189,11 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   const std::string name_;
   Ref<CaptureTimeline> timeline_;
   Ref<Work> work_;
+  // The device's recorder; its calls and what they give are ordered by record_mu_ (see the
+  // header comment), then kept under mu_.
+  std::recursive_mutex record_mu_;
+  std::unique_ptr<GraphRecorder> recorder_;
+  void* native_ = nullptr;  // recorder_->native_stream()
 
   mutable RuntimeMutex mu_;
   // open -> abandoned (a refusal) -> ending (end() or discard() under way) -> ended.

@@ -127,13 +127,12 @@ std::shared_ptr<CaptureState> StreamState::capture() const {
 }
 
 void StreamState::begin_capture(std::shared_ptr<CaptureState> capture) {
-  const std::string why = Runtime::get().context(device_).backend().why_no_capture();
-  if (!why.empty()) throw InvalidArgument("graph capture on " + name() + ": " + why);
   std::lock_guard lock(submit_mu_);
   if (capture_) {
     throw StateError(name() + " is captured already (" + capture_->str() +
                      "): end that capture first, or capture on another stream");
   }
+  capture_native_.store(capture->native_stream(), std::memory_order_release);
   capture_ = std::move(capture);
   capturing_.store(true, std::memory_order_release);
 }
@@ -144,6 +143,7 @@ Ref<Work> StreamState::end_capture(const CaptureState& capture) noexcept {
   if (capture_.get() != &capture) return nullptr;
   ours = std::move(capture_);
   capturing_.store(false, std::memory_order_release);
+  capture_native_.store(nullptr, std::memory_order_release);
   return last_;
 }
 
@@ -336,6 +336,9 @@ Stream Stream::from_native(void* native_stream) {
 
 Device Stream::device() const { return state_->device(); }
 void* Stream::native_handle() const {
+  // In a capture that records into a native graph, the capture's native stream (what other
+  // code launches there is captured); the stream's own is not handed out.
+  if (void* captured = state_->capture_native()) return captured;
   state_->mark_exposed();
   return state_->native_handle();
 }

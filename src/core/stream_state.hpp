@@ -138,6 +138,10 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   bool in_capture() const noexcept { return capturing_.load(std::memory_order_acquire); }
   // The capture this stream's work goes to, else null.
   std::shared_ptr<CaptureState> capture() const;
+  // While the stream captures on a device that records into a native graph: the native
+  // stream that its ops' bodies launch on, and that native_handle() hands out (a backend's
+  // answer for its own); else null.
+  void* capture_native() const noexcept { return capture_native_.load(std::memory_order_acquire); }
   // Makes the stream's work go to `capture` (CaptureState::begin and join call it).
   // InvalidArgument where the device cannot capture; StateError if the stream captures already.
   void begin_capture(std::shared_ptr<CaptureState> capture);
@@ -190,6 +194,7 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   Ref<Work> gate_;
   std::shared_ptr<CaptureState> capture_;  // under submit_mu_
   std::atomic<bool> capturing_{false};
+  std::atomic<void*> capture_native_{nullptr};
 };
 
 // "cpu stream 3".

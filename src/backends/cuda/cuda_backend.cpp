@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "backends/cuda/cuda_api.hpp"
+#include "backends/cuda/cuda_graph.hpp"
 #include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/cuda_ipc.hpp"
 #include "backends/cuda/cuda_memory.hpp"
@@ -148,6 +149,15 @@ class CudaBackend final : public detail::DeviceBackend {
   }
 
   Ref<Storage> allocate_host(std::size_t bytes) override { return allocate_pinned(bytes); }
+
+  // Captures record into CUDA graphs (backends/cuda/cuda_graph.hpp).
+  std::string why_no_capture() const override {
+    if (auto e = state_.broken()) return "the device has failed (" + detail::describe_error(e) + ")";
+    return {};
+  }
+  std::unique_ptr<detail::GraphRecorder> record_graph(std::string graph) override {
+    return record_cuda_graph(device_, std::move(graph));
+  }
 
   std::size_t empty_cache() noexcept override {
     return state_.broken() ? 0 : cuda::empty_cache(device_);

@@ -68,7 +68,7 @@ class CudaKernels final : public ops::Kernels {
     void* p = out.storage->data();
     const std::int64_t n = out.numel;
     const DType dtype = out.dtype;
-    cudaStream_t stream = as_cuda_stream(s).handle();
+    cudaStream_t stream = as_cuda_stream(s).launch_handle();
     return {.run = [=] { kernels::fill(p, n, dtype, value, stream); }};
   }
 
@@ -81,7 +81,7 @@ class CudaKernels final : public ops::Kernels {
     void* p = out.storage->data();
     const std::int64_t n = out.numel;
     const DType dtype = out.dtype;
-    cudaStream_t stream = as_cuda_stream(s).handle();
+    cudaStream_t stream = as_cuda_stream(s).launch_handle();
     return {.run = [=] {
       kernels::random(p, n, dtype, normal ? kernels::Distribution::normal : kernels::Distribution::uniform,
                       seed, offset, stream);
@@ -97,7 +97,7 @@ class CudaKernels final : public ops::Kernels {
     const std::int64_t n = out.numel;
     const DType dtype = out.dtype;
     const kernels::BinaryKind k = kind_of(op);
-    cudaStream_t stream = as_cuda_stream(s).handle();
+    cudaStream_t stream = as_cuda_stream(s).launch_handle();
     return {.run = [=] { kernels::binary(k, pa, pb, po, n, dtype, stream); }};
   }
 
@@ -107,7 +107,7 @@ class CudaKernels final : public ops::Kernels {
     void* po = out.storage->data();
     const std::int64_t n = out.numel;
     const DType from = src.dtype, to = out.dtype;
-    cudaStream_t stream = as_cuda_stream(s).handle();
+    cudaStream_t stream = as_cuda_stream(s).launch_handle();
     return {.run = [=] { kernels::cast(in, from, po, to, n, stream); }};
   }
 
@@ -124,13 +124,16 @@ class CudaKernels final : public ops::Kernels {
     const void* pa = a.storage->data();
     const void* pb = b.storage->data();
     void* po = out.storage->data();
-    Ref<Storage> ws = cs.workspace(kMatmulWorkspace);
+    // In a capture, a workspace of the graph's own: a replay may run beside this stream's
+    // later matmuls, which use the stream's.
+    Ref<Storage> ws = s.in_capture() ? allocate_device(device_.device(), kMatmulWorkspace, cs.handle())
+                                     : cs.workspace(kMatmulWorkspace);
     void* wp = ws->data();
     const std::size_t wbytes = ws->bytes();
     const DType dtype = a.dtype;
     const bool tf32 = allow_tf32() && dtype == DType::f32;
     const int index = device_.device().index();
-    cudaStream_t stream = cs.handle();
+    cudaStream_t stream = cs.launch_handle();
     return {.run = [=] { cuda::matmul(index, stream, pa, pb, po, shape, dtype, tf32, wp, wbytes); },
             .keep = std::move(ws),
             .name = tf32 ? "matmul[tf32]" : nullptr};
@@ -144,7 +147,7 @@ class CudaKernels final : public ops::Kernels {
     Ref<Storage> staging = allocate_pinned(bytes);
     if (bytes > 0) std::memcpy(staging->data(), host, bytes);
     return {.run = copy_async(out.storage->data(), staging->data(), bytes, cudaMemcpyHostToDevice,
-                              as_cuda_stream(s).handle(), out.device),
+                              as_cuda_stream(s).launch_handle(), out.device),
             .keep = std::move(staging)};
   }
 
@@ -170,7 +173,7 @@ class CudaKernels final : public ops::Kernels {
     // that the copy is truly asynchronous.
     check_usable();
     return {.run = copy_async(host.storage->data(), src.storage->data(), src.nbytes(),
-                              cudaMemcpyDeviceToHost, as_cuda_stream(s).handle(), src.device)};
+                              cudaMemcpyDeviceToHost, as_cuda_stream(s).launch_handle(), src.device)};
   }
 
   ops::Body upload_async(StreamState& s, const TensorState& host, const TensorState& out) override {
@@ -178,7 +181,7 @@ class CudaKernels final : public ops::Kernels {
     // held until that has finished (core/device_stream.hpp), then copied in stream order.
     check_usable();
     return {.run = copy_async(out.storage->data(), host.storage->data(), out.nbytes(),
-                              cudaMemcpyHostToDevice, as_cuda_stream(s).handle(), out.device)};
+                              cudaMemcpyHostToDevice, as_cuda_stream(s).launch_handle(), out.device)};
   }
 
   bool copies_directly_to(Device to) const override { return to.is_cuda(); }
@@ -189,7 +192,7 @@ class CudaKernels final : public ops::Kernels {
     void* to = dst.storage->data();
     const void* from = src.storage->data();
     const std::size_t bytes = src.nbytes();
-    cudaStream_t h = as_cuda_stream(s).handle();
+    cudaStream_t h = as_cuda_stream(s).launch_handle();
     const int src_index = src.device.index(), dst_index = dst.device.index();
     return {.run = [=] {
       check(cudaMemcpyPeerAsync(to, dst_index, from, src_index, bytes, h), "cudaMemcpyPeerAsync",

@@ -78,6 +78,12 @@ class CudaStream : public detail::DeviceStream {
   ~CudaStream() override;
 
   cudaStream_t handle() const noexcept { return native_.get(); }
+  // The native stream an op's body launches on: handle(), but in a graph capture the
+  // capture's own stream, which records what is launched there (backends/cuda/cuda_graph.hpp).
+  cudaStream_t launch_handle() const noexcept {
+    if (void* captured = capture_native()) [[unlikely]] return static_cast<cudaStream_t>(captured);
+    return native_.get();
+  }
   // Device scratch memory of `bytes` for library calls on this stream (cuBLASLt), allocated
   // at first use and kept with the stream.
   detail::Ref<Storage> workspace(std::size_t bytes);

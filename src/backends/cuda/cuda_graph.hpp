@@ -1,0 +1,35 @@
+// Graph capture on a GPU (core/graph_recorder.hpp, CUDA's way): a capture records into CUDA
+// graphs through a stream of its own, and a replay's op launches them.
+//
+// The recorder makes a non-blocking native stream and begins a CUDA stream capture on it
+// (cudaStreamCaptureModeRelaxed: eventide's threads and other code outside the capture go on
+// calling CUDA as usual). While the capture is open, the capture's eventide streams hand this
+// stream to their ops' bodies (CudaStream::launch_handle) and to other code
+// (Stream::native_handle), so that a body run now, by add(), records its kernels, copies and
+// cuBLASLt calls into the CUDA graph instead of running them, and so does other code's work
+// launched there. Every stream of the capture records into the one native stream, in issue
+// order: a CUDA graph of a chain, which its issue order makes correct (streams joined to the
+// capture run in order with its own work, not beside it).
+//
+// A cut ends the CUDA capture, instantiates the graph (uploaded to the device at once, so the
+// first replay pays no upload) and begins the next capture; a replay's op for the stretch is
+// one cudaGraphLaunch on the replay's stream, timed and watched like any op. The executable
+// graph is destroyed with the stretch; the native stream with the recorder, at the end of
+// the capture.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "core/graph_recorder.hpp"
+#include "eventide/device.hpp"
+
+namespace eventide::backends::cuda {
+
+// A recorder for a new capture on `device` (current or not). DeviceError if the stream
+// cannot be made or the capture begun.
+std::unique_ptr<detail::GraphRecorder> record_cuda_graph(Device device, std::string graph);
+
+}  // namespace eventide::backends::cuda

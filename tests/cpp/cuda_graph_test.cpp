@@ -1,0 +1,282 @@
+// Graphs on a GPU (eventide/graph.hpp, backends/cuda/cuda_graph.hpp): a capture records into
+// CUDA graphs and a replay launches them, with every promise the CPU's graphs keep. The cases
+// follow what users of torch.cuda.graph and CUDA stream capture rely on: a static input
+// updated with copy_ between replays, the graph's own outputs read after each replay, events
+// recorded inside the capture timing the latest replay, other code's kernels launched on the
+// capture's native stream captured with eventide's ops, a capture broken by a forbidden call
+// refused cleanly with the stream still usable, and graphs replayed on several streams.
+// Every test skips, saying why, where there is no GPU (CI); scripts/gpu-check.sh runs them
+// on the GPU machine, also under compute-sanitizer.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include <eventide/eventide.hpp>
+#include <eventide/graph.hpp>
+
+#include "backends/cuda/cuda_kernels.hpp"
+#include "gpu_skip.hpp"
+#include "test_util.hpp"
+
+namespace ev = eventide;
+namespace kernels = eventide::backends::cuda::kernels;
+using eventide_test::run_with_deadline;
+
+namespace {
+
+const ev::Device kGpu = ev::Device::cuda(0);
+
+#define REQUIRE_GPU() EVENTIDE_REQUIRE_DEVICE(kGpu)
+
+std::vector<float> values(const ev::Tensor& t) { return t.to_vector<float>(); }
+
+// x += one, `n` times, captured on `s`.
+ev::Graph captured_adds(const ev::Stream& s, const ev::Tensor& x, const ev::Tensor& one, int n) {
+  ev::Capture capture(s);
+  for (int i = 0; i < n; ++i) ev::add_out(x, x, one);
+  return capture.end();
+}
+
+TEST(CudaGraphTest, NothingRunsInTheCaptureAndEachReplayRunsTheWholeChain) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Tensor x = ev::zeros({256}, ev::DType::f32, kGpu);
+    ev::Tensor one = ev::ones({256}, ev::DType::f32, kGpu);
+    ev::Stream s(kGpu);
+    ev::Graph g = captured_adds(s, x, one, 100);
+    EXPECT_EQ(g.ops(), 100u);
+    EXPECT_EQ(g.device(), kGpu);
+    EXPECT_EQ(values(x), std::vector<float>(256, 0.0f)) << "a capture runs nothing";
+    ev::Event done = g.replay(s);
+    done.wait();
+    EXPECT_EQ(values(x), std::vector<float>(256, 100.0f));
+    EXPECT_GT(done.time_elapsed().count(), 0.0) << "a replay's device time";
+    // Reading after replay() waits for that replay by itself; a replay on another stream is
+    // ordered after the previous one (it reads and writes x).
+    g.replay(ev::Stream(kGpu));
+    g.replay(s);
+    EXPECT_EQ(values(x), std::vector<float>(256, 300.0f));
+  });
+}
+
+TEST(CudaGraphTest, TensorsMadeInTheCaptureAreTheGraphsAndAStaticInputIsUpdatedByCopy) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Tensor in = ev::full({1024}, 2.0, ev::DType::f32, kGpu);
+    ev::Tensor out;
+    ev::Stream s(kGpu);
+    ev::Graph g;
+    {
+      ev::Capture capture(s);
+      ev::Tensor doubled = ev::add(in, in);
+      out = ev::mul(doubled, in);  // 2x * x
+      g = capture.end();
+    }
+    EXPECT_THROW_MSG((void)out.to_vector<float>(), ev::Error, "replay");
+    g.replay(s);
+    EXPECT_EQ(values(out), std::vector<float>(1024, 8.0f));
+    in.copy_(ev::full({1024}, 3.0, ev::DType::f32, kGpu));
+    g.replay(s);
+    EXPECT_EQ(values(out), std::vector<float>(1024, 18.0f));
+  });
+}
+
+TEST(CudaGraphTest, AMatmulIsCapturedWithAWorkspaceOfItsOwn) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    constexpr int n = 256;
+    ev::Tensor a = ev::full({n, n}, 1.0, ev::DType::bf16, kGpu);
+    ev::Tensor b = ev::full({n, n}, 2.0, ev::DType::bf16, kGpu);
+    ev::Tensor c = ev::empty({n, n}, ev::DType::bf16, kGpu);
+    ev::Stream s(kGpu);
+    ev::Graph g;
+    {
+      ev::Capture capture(s);
+      ev::matmul_out(c, a, b);
+      g = capture.end();
+    }
+    // Replays on another stream while eager matmuls run on the capture's stream (which use
+    // that stream's workspace): neither disturbs the other.
+    ev::Stream other(kGpu);
+    ev::Tensor eager;
+    for (int i = 0; i < 10; ++i) {
+      g.replay(other);
+      ev::StreamGuard on(s);
+      eager = ev::matmul(b, a);
+    }
+    std::vector<float> got = ev::cast(c, ev::DType::f32).to_vector<float>();
+    std::vector<float> want(static_cast<std::size_t>(n) * n, 2.0f * n);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(ev::cast(eager, ev::DType::f32).to_vector<float>(), want);
+  });
+}
+
+TEST(CudaGraphTest, EventsRecordedInTheCaptureTimeTheLatestReplay) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Tensor x = ev::zeros({1 << 20}, ev::DType::f32, kGpu);
+    ev::Tensor one = ev::ones({1 << 20}, ev::DType::f32, kGpu);
+    ev::Event start, middle, end;
+    ev::Stream s(kGpu);
+    ev::Graph g;
+    {
+      ev::Capture capture(s);
+      start.record(s);
+      for (int i = 0; i < 20; ++i) ev::add_out(x, x, one);
+      middle.record(s);
+      for (int i = 0; i < 20; ++i) ev::add_out(x, x, one);
+      end.record(s);
+      g = capture.end();
+    }
+    for (int round = 1; round <= 3; ++round) {
+      ev::Event done = g.replay(s);
+      done.wait();
+      EXPECT_TRUE(start.poll());
+      EXPECT_TRUE(middle.poll());
+      EXPECT_TRUE(end.poll()) << "a replay's event covers the points after its last op";
+      const double first = start.elapsed_time(middle).count();
+      const double second = middle.elapsed_time(end).count();
+      EXPECT_GT(first, 0.0);
+      EXPECT_GT(second, 0.0);
+      EXPECT_NEAR(start.elapsed_time(end).count(), first + second, 1e-2);
+      // The latest replay's points: the host sleeps 50 ms between replays.
+      EXPECT_LT(start.elapsed_time(end).count(), 40.0);
+      EXPECT_EQ(values(x)[0], 40.0f * static_cast<float>(round));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+}
+
+TEST(CudaGraphTest, OtherCodesKernelsOnTheCapturesNativeStreamAreCapturedInOrder) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Tensor x = ev::zeros({256}, ev::DType::f32, kGpu);
+    ev::Tensor one = ev::ones({256}, ev::DType::f32, kGpu);
+    ev::Stream s(kGpu);
+    void* outside = s.native_handle();
+    ev::Graph g;
+    {
+      ev::Capture capture(s);
+      void* inside = s.native_handle();
+      EXPECT_NE(inside, outside) << "in a capture, the native handle is the capture's stream";
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      ASSERT_EQ(cudaStreamIsCapturing(static_cast<cudaStream_t>(inside), &status), cudaSuccess);
+      EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+      ev::add_out(x, x, one);  // x = 1
+      // The user's own kernel, between two of eventide's: x = 5, then x = 6.
+      kernels::fill(x.data_ptr(), 256, ev::DType::f32, 5.0, static_cast<cudaStream_t>(inside));
+      ev::add_out(x, x, one);
+      g = capture.end();
+    }
+    EXPECT_EQ(s.native_handle(), outside) << "its own handle again once the capture has ended";
+    EXPECT_EQ(values(x), std::vector<float>(256, 0.0f)) << "the user's kernel did not run either";
+    g.replay(s).wait();
+    EXPECT_EQ(values(x), std::vector<float>(256, 6.0f));
+  });
+}
+
+TEST(CudaGraphTest, ACallStreamCaptureForbidsFailsTheEndAndLeavesTheStreamUsable) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Tensor x = ev::zeros({256}, ev::DType::f32, kGpu);
+    ev::Tensor one = ev::ones({256}, ev::DType::f32, kGpu);
+    ev::Stream s(kGpu);
+    {
+      ev::Capture capture(s);
+      ev::add_out(x, x, one);
+      // Other code synchronizes the capture's stream: CUDA invalidates the capture.
+      (void)cudaStreamSynchronize(static_cast<cudaStream_t>(s.native_handle()));
+      (void)cudaGetLastError();
+      EXPECT_THROW_MSG((void)capture.end(), ev::StateError, "graph", "stream capture", "synchronize");
+    }
+    EXPECT_EQ(values(x), std::vector<float>(256, 0.0f));
+    {
+      ev::StreamGuard on(s);
+      ev::add_out(x, x, one);
+    }
+    s.synchronize();
+    EXPECT_EQ(values(x), std::vector<float>(256, 1.0f));
+  });
+}
+
+TEST(CudaGraphTest, RefusalsAbandonTheCaptureAndTheDeviceGoesOn) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Tensor x = ev::zeros({256}, ev::DType::f32, kGpu);
+    ev::Tensor one = ev::ones({256}, ev::DType::f32, kGpu);
+    ev::Stream s(kGpu);
+    {
+      ev::Capture capture(s);
+      ev::add_out(x, x, one);
+      const ev::Tensor made = ev::add(x, one);  // the graph's own: no value before a replay
+      EXPECT_THROW_MSG((void)values(made), ev::StateError, "the capture of graph", "host wait");
+      EXPECT_THROW_MSG(ev::add_out(x, x, one), ev::StateError, "the capture of graph");
+      EXPECT_THROW_MSG((void)ev::rand({4}, ev::DType::f32, kGpu), ev::StateError, "the capture of graph");
+      EXPECT_THROW_MSG((void)capture.end(), ev::StateError, "the capture of graph");
+    }
+    {
+      ev::Capture capture(s);
+      ev::add_out(x, x, one);
+      // Left without end(): nothing runs, the stream is its own again.
+    }
+    ev::StreamGuard on(s);
+    ev::add_out(x, x, one);
+    EXPECT_EQ(values(x), std::vector<float>(256, 1.0f));
+  });
+}
+
+TEST(CudaGraphTest, AJoinedStreamIsCapturedAndItsWorkReplaysInOrder) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Tensor a = ev::zeros({256}, ev::DType::f32, kGpu);
+    ev::Tensor b = ev::zeros({256}, ev::DType::f32, kGpu);
+    ev::Tensor one = ev::ones({256}, ev::DType::f32, kGpu);
+    ev::Stream s(kGpu), side(kGpu);
+    ev::Graph g;
+    {
+      ev::Capture capture(s);
+      ev::add_out(a, a, one);  // a = 1
+      side.wait(s.record_event());
+      {
+        ev::StreamGuard on(side);
+        ev::add_out(b, a, one);  // b = a + 1
+      }
+      s.wait(side.record_event());
+      ev::add_out(a, a, b);  // a = a + b
+      g = capture.end();
+    }
+    EXPECT_EQ(g.ops(), 3u);
+    g.replay(s).wait();
+    EXPECT_EQ(values(a), std::vector<float>(256, 3.0f));
+    EXPECT_EQ(values(b), std::vector<float>(256, 2.0f));
+    g.replay(s).wait();
+    EXPECT_EQ(values(a), std::vector<float>(256, 9.0f));  // a = 4, b = 5, a = 4 + 5
+    EXPECT_EQ(values(b), std::vector<float>(256, 5.0f));
+  });
+}
+
+TEST(CudaGraphTest, AReplaysEventTakesCallbacksAndWaitAnyAndAGraphMayGoWhileItsReplayRuns) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Tensor x = ev::zeros({1 << 22}, ev::DType::f32, kGpu);
+    ev::Tensor one = ev::ones({1 << 22}, ev::DType::f32, kGpu);
+    ev::Stream s(kGpu);
+    std::atomic<int> called{0};
+    ev::Event done;
+    {
+      ev::Graph g = captured_adds(s, x, one, 200);
+      done = g.replay(s);
+      done.add_callback([&called] { called.fetch_add(1); });
+    }  // the graph goes while its replay may still run on the GPU
+    EXPECT_EQ(ev::wait_any({done}), std::optional<std::size_t>(0));
+    EXPECT_TRUE(done.poll());
+    for (int i = 0; i < 2000 && called.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(called.load(), 1);
+    EXPECT_EQ(values(x)[0], 200.0f);
+  });
+}
+
+}  // namespace
