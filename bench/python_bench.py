@@ -243,6 +243,81 @@ def per_op_rows(device, quick):
             ("`A @ A`, bf16, n = 1024, back to back", ours_mm, theirs_mm, 1.0)]
 
 
+def graph_rows(device, quick):
+    """Issue 29's graphs from Python, beside torch.cuda.CUDAGraph in the same process: a chain
+    of 100 tiny in-place adds (256 floats) replayed and waited for, per op; 50 bf16 matmuls
+    n = 1024 replayed (10 replays, then drained), TFLOP/s; and the round trip of a graph of
+    one tiny op (replay + wait / replay + synchronize). Medians over batches (best trial for
+    the throughput). Rows: (name, ours, torch's, unit, goal factor, lower_is_better)."""
+    torch, _ = _torch()
+    if torch is None:
+        return []
+    batches = 10 if quick else 50
+    s = ev.Stream(device)
+
+    def median(fn, count=1):
+        times = []
+        for _ in range(batches):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) / count * 1e6)
+        times.sort()
+        return times[len(times) // 2]
+
+    x, one = ev.zeros(256, device=device), ev.ones(256, device=device)
+    with ev.capture(stream=s) as chain:
+        for _ in range(100):
+            ev.add(x, one, out=x)
+    with ev.capture(stream=s) as single:
+        ev.add(x, one, out=x)
+    a = ev.randn(1024, 1024, dtype="bfloat16", device=device)
+    c = ev.empty((1024, 1024), dtype="bfloat16", device=device)
+    with ev.capture(stream=s) as mms:
+        for _ in range(50):
+            ev.matmul(a, a, out=c)
+    chain.replay(stream=s).wait()
+    mms.replay(stream=s).wait()
+
+    ts = torch.cuda.Stream()
+    tx, tone = torch.zeros(256, device="cuda"), torch.ones(256, device="cuda")
+    ta = torch.randn(1024, 1024, dtype=torch.bfloat16, device="cuda")
+    tc = torch.empty(1024, 1024, dtype=torch.bfloat16, device="cuda")
+    torch.cuda.synchronize()
+    tchain, tsingle, tmms = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(tchain, stream=ts):
+        for _ in range(100):
+            tx.add_(tone)
+    with torch.cuda.graph(tsingle, stream=ts):
+        tx.add_(tone)
+    with torch.cuda.graph(tmms, stream=ts):
+        for _ in range(50):
+            torch.matmul(ta, ta, out=tc)
+    tchain.replay()
+    tmms.replay()
+    torch.cuda.synchronize()
+
+    ours_chain = median(lambda: chain.replay(stream=s).wait(), 100)
+    theirs_chain = median(lambda: (tchain.replay(), torch.cuda.synchronize()), 100)
+    ours_rt = median(lambda: single.replay(stream=s).wait())
+    theirs_rt = median(lambda: (tsingle.replay(), torch.cuda.synchronize()))
+
+    def throughput(replay, drain):
+        best = 0.0
+        for _ in range(3 if quick else 5):
+            t0 = time.perf_counter()
+            for _ in range(10):
+                last = replay()
+            drain(last)
+            best = max(best, 2.0 * 1024 ** 3 * 50 * 10 / (time.perf_counter() - t0) / 1e12)
+        return best
+
+    ours_mm = throughput(lambda: mms.replay(stream=s), lambda e: e.wait())
+    theirs_mm = throughput(lambda: tmms.replay(), lambda e: torch.cuda.synchronize())
+    return [("replay + wait of a captured chain of 100 tiny adds, per op", ours_chain, theirs_chain, "µs", 1.0, True),
+            ("replay of 50 bf16 matmuls n = 1024, throughput", ours_mm, theirs_mm, "TFLOP/s", 1.0, False),
+            ("replay + wait of a graph of one tiny op, round trip", ours_rt, theirs_rt, "µs", 1.0, True)]
+
+
 def priority_rows(device, quick):
     """A tiny op while f32 n = 4096 matmuls fill the GPU (on torch's default stream): host time
     from its launch to its completion, p50, on a stream of priority 0 and of the greatest
@@ -415,6 +490,14 @@ def main():
             goal_text = f"≤ {factor:g}× torch" if factor != 1.0 else "≤ torch"
             lines.append(f"| {name} | {o:.1f} µs ({o / t:.2f}×) | {t:.1f} µs | {goal_text} | "
                          f"{'yes' if o <= factor * t else '**no**'} |")
+    graphs = [] if device.type == "cpu" else graph_rows(device, args.quick)
+    if graphs:
+        lines += ["", "| graphs from Python | eventide | torch.cuda.CUDAGraph | goal | met? |",
+                  "| --- | --- | --- | --- | --- |"]
+        for name, o, t, unit, factor, lower in graphs:
+            met = o <= factor * t if lower else o >= factor * t
+            lines.append(f"| {name} | {o:,.2f} {unit} ({o / t:.2f}×) | {t:,.2f} {unit} | "
+                         f"{'≤' if lower else '≥'} torch | {'yes' if met else '**no**'} |")
     table = "\n".join(lines) + "\n"
     print(table)
     if args.md:
@@ -424,7 +507,7 @@ def main():
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"device": str(device), "eventide": ours, "torch": theirs,
                        "torch_note": torch_note, "matmul": mm, "regions": regions, "priority": prio,
-                       "per_op": per_op}, f, indent=2)
+                       "per_op": per_op, "graphs": graphs}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,9 @@ if want test; then
   # Other libraries' CUDA objects: native events, device-wide synchronize, priorities, capture.
   "$build/tests/cpp/cuda_interop_test" > "$out/cuda_interop_test.log" 2>&1
   note "cuda_interop_test: $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_interop_test.log" | tr '\n' ' ')"
+  # Graphs recorded into CUDA graphs and replayed (issue 29).
+  "$build/tests/cpp/cuda_graph_test" > "$out/cuda_graph_test.log" 2>&1
+  note "cuda_graph_test: $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_graph_test.log" | tr '\n' ' ')"
   # Inside a PyTorch program (torch, CuPy, Numba objects), on its own first.
   PYTHONPATH="$build/python" "$py" -m pytest tests/python/test_torch_interop.py -q -rs -p no:cacheprovider \
     > "$out/pytest_torch_interop.log" 2>&1
@@ -115,6 +118,12 @@ if want sanitize; then
     compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/cpp/cuda_interop_test" \
       > "$out/sanitizer_interop.log" 2>&1
     note "compute-sanitizer memcheck, cuda_interop_test: exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer_interop.log" | tail -1))"
+    for tool in memcheck racecheck; do
+      # (Left out: the timing test, and the one whose forbidden CUDA call is the point.)
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/cpp/cuda_graph_test" \
+        --gtest_filter='-*TimeTheLatestReplay:*StreamCaptureForbids*' > "$out/sanitizer_graph_$tool.log" 2>&1
+      note "compute-sanitizer $tool, cuda_graph_test: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_graph_$tool.log" | tail -1))"
+    done
   else
     note "compute-sanitizer: not installed here"
   fi

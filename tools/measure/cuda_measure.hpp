@@ -79,4 +79,17 @@ struct MatmulResult {
 };
 MatmulResult matmul(Device gpu, DType dtype, bool tf32, int n, int trials);
 
+// Graphs (issue 29; cuda_graph_measure.cpp). A chain of `chain` tiny adds (x += y, 256
+// floats) captured once, per op of a replay waited for: ours, Graph::replay of an eventide
+// capture + wait; anchor, the same add kernels captured in a raw CUDA graph, cudaGraphLaunch +
+// cudaStreamSynchronize; anchor2, the same chain issued eagerly through eventide and waited
+// for alike. Rounds alternate between the three.
+Compared graph_chain(Device gpu, int rounds, int chain);
+// A graph of one tiny add: Graph::replay + wait / cudaGraphLaunch + cudaStreamSynchronize,
+// per round trip.
+Compared graph_round_trip(Device gpu, int rounds);
+// `count` bf16 matmuls of n x n in one graph, replayed and waited for: TFLOP/s of eventide's
+// capture / of cublasLtMatmul called directly in a raw CUDA graph; best of alternating trials.
+MatmulResult graph_matmul(Device gpu, int n, int count, int trials);
+
 }  // namespace eventide::bench::cuda

@@ -158,6 +158,49 @@ std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
     return f;
   }});
 
+  // Issue 29: graphs, beside raw CUDA graphs of the same kernels.
+  suite.push_back({"graph.chain", "replay of a captured chain of 100 tiny adds beside a raw CUDA graph",
+                   quick ? 0.2 : 1.0, [=] {
+    cuda::Compared c = cuda::graph_chain(gpu, quick ? 50 : 400, 100);
+    Bar ours = time_bar("eventide", c.ours);
+    Bar raw = time_bar("the same 100 kernels in a raw CUDA graph", c.anchor);
+    const double goal = 1.1 * raw.value;
+    return time_figure("graph.chain",
+                       "`Graph::replay` + `wait` of a captured chain of 100 tiny adds (256 floats), "
+                       "per op, p50 / p99",
+                       ours, {raw, time_bar("the same chain, eager eventide", c.anchor2)},
+                       "≤ 1.1× the raw graph", ours.value <= goal, goal, true);
+  }});
+
+  suite.push_back({"graph.round_trip", "replay() + wait() of one tiny op beside cudaGraphLaunch + sync",
+                   quick ? 0.1 : 0.5, [=] {
+    return relative_figure("graph.round_trip",
+                           "`replay()` + `wait()` of a graph of one tiny op, p50 / p99",
+                           cuda::graph_round_trip(gpu, quick ? 200 : 2000),
+                           "cudaGraphLaunch + cudaStreamSynchronize", 1.3, "≤ 1.3× the raw one");
+  }});
+
+  suite.push_back({"graph.matmul.bf16.n1024", "50 bf16 matmuls n = 1024 replayed beside cuBLASLt in a raw graph",
+                   quick ? 0.3 : 1.0, [=] {
+    const int trials = quick ? 3 : 5;
+    cuda::MatmulResult r = cuda::graph_matmul(gpu, 1024, 50, trials);
+    Figure f;
+    f.name = "graph.matmul.bf16.n1024";
+    f.title = "replay of 50 `matmul_out` bf16 n = 1024, throughput";
+    f.unit = Unit::tflops;
+    f.ours = Bar{"eventide", r.ours_tflops, std::nullopt};
+    f.anchors = {Bar{"cuBLASLt in a raw CUDA graph", r.direct_tflops, std::nullopt}};
+    f.ratio = r.ours_tflops / r.direct_tflops;
+    f.goal = "≥ 95% of the raw graph";
+    f.goal_value = 0.95 * r.direct_tflops;
+    f.met = *f.ratio >= 0.95;
+    f.note = "best of " + std::to_string(trials) + " alternating trials of 10 replays";
+    f.values = {{"eventide_tflops", r.ours_tflops},
+                {"raw_graph_tflops", r.direct_tflops},
+                {"ratio", *f.ratio}};
+    return f;
+  }});
+
   struct Case {
     ev::DType dtype;
     bool tf32;
