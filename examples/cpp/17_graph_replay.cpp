@@ -1,6 +1,7 @@
 // Capture once, replay many times: a small step (y = (x + 1) * 2, accumulated) is captured
 // into a graph; each input is copied into the graph's input tensor, the graph replayed, and
-// its output read. Each replay is an Event: waited for, timed. (Graphs run on the CPU today.)
+// its output read. Each replay is an Event: waited for, timed. On the default device: the CPU, or
+// a GPU, where the capture records into a CUDA graph and each replay is one graph launch.
 #include <eventide/eventide.hpp>
 
 #include <cstdio>
@@ -9,15 +10,15 @@
 namespace ev = eventide;
 
 int main() {
-  const ev::Device cpu = ev::Device::cpu();
-  ev::Tensor input = ev::zeros({1024}, ev::DType::f32, cpu);   // the graph reads it at each replay
-  ev::Tensor total = ev::zeros({1024}, ev::DType::f32, cpu);   // and accumulates into this one
-  ev::Tensor one = ev::ones({1024}, ev::DType::f32, cpu);
-  ev::Tensor two = ev::full({1024}, 2.0, ev::DType::f32, cpu);
+  const ev::Device device = ev::default_device();
+  ev::Tensor input = ev::zeros({1024}, ev::DType::f32, device);   // the graph reads it at each replay
+  ev::Tensor total = ev::zeros({1024}, ev::DType::f32, device);   // and accumulates into this one
+  ev::Tensor one = ev::ones({1024}, ev::DType::f32, device);
+  ev::Tensor two = ev::full({1024}, 2.0, ev::DType::f32, device);
   ev::Tensor step_out;
   ev::Graph step;
   {
-    ev::Capture capture(cpu);  // a stream of its own, current here; nothing runs
+    ev::Capture capture(device);  // a stream of its own, current here; nothing runs
     step_out = ev::mul(ev::add(input, one), two);  // the graph's own tensor
     ev::add_out(total, total, step_out);
     step = capture.end();
@@ -26,7 +27,7 @@ int main() {
 
   double device_us = 0;
   for (int i = 0; i < 5; ++i) {
-    input.copy_(ev::full({1024}, static_cast<double>(i), ev::DType::f32, cpu));  // new data, same memory
+    input.copy_(ev::full({1024}, static_cast<double>(i), ev::DType::f32, device));  // new data, same memory
     ev::Event done = step.replay();
     done.wait();
     device_us += done.time_elapsed().count();

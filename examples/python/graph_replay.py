@@ -1,6 +1,7 @@
 """Capture once, replay many times: ``with ev.capture() as g:`` records a small step, then each
 input is copied into the graph's input tensor, the graph replayed and its output read; each
-replay is an Event (waited for, timed). Graphs run on the CPU today.
+replay is an Event (waited for, timed). On the default device: the CPU, or a GPU, where the
+capture records into a CUDA graph and each replay is one graph launch.
 
     python3 examples/python/graph_replay.py
 """
@@ -9,15 +10,15 @@ import numpy as np
 
 import eventide as ev
 
-static_input = ev.zeros(1024, device="cpu")  # read by the graph at each replay
-total = ev.zeros(1024, device="cpu")
-with ev.capture(stream=ev.Stream("cpu")) as step:  # nothing runs in the block
+static_input = ev.zeros(1024)  # read by the graph at each replay
+total = ev.zeros(1024)
+with ev.capture(stream=ev.Stream()) as step:  # nothing runs in the block
     static_output = ev.mul(ev.add(static_input, 1.0), 2.0)
     ev.add(total, static_output, out=total)
 print(step)
 
 for i in range(5):
-    static_input.copy_(ev.full((1024,), float(i), device="cpu"))  # new data, same memory
+    static_input.copy_(ev.full((1024,), float(i)))  # new data, same memory
     done = step.replay()
     done.wait()
     print(f"replay {i}: output {static_output.numpy()[0]:.0f}, total {total.numpy()[0]:.0f}, "

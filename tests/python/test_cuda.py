@@ -509,3 +509,48 @@ def test_astype_converts_bfloat16_and_float16_on_the_gpu():
         assert back.device == ev.Device(GPU)
         want = ev.tensor(src).astype(dtype).astype(ev.float32).numpy()  # the CPU's rounding
         np.testing.assert_array_equal(back.numpy(), want)
+
+
+def test_a_graph_captured_on_the_gpu_replays_into_cuda_graphs():
+    # torch.cuda.graph's patterns: a static input refreshed with copy_, a static output read
+    # after each replay, events inside the capture timing the latest replay.
+    s = ev.Stream(GPU)
+    x = ev.full((1024,), 2.0, device=GPU)
+    one = ev.ones(1024, device=GPU)
+    start, end = ev.Event(), ev.Event()
+    with ev.capture(stream=s) as g:
+        start.record(s)
+        y = x * x
+        for _ in range(50):
+            ev.add(y, one, out=y)
+        end.record(s)
+    assert g.device == ev.Device(GPU) and g.ops == 51
+    done = g.replay(stream=s)
+    assert done.wait(timeout=30)
+    assert done.time_elapsed() > 0
+    np.testing.assert_array_equal(y.numpy(), np.full(1024, 54.0, np.float32))
+    assert start.elapsed_time(end) > 0
+    x.copy_(ev.full((1024,), 3.0, device=GPU))
+    g.replay(stream=ev.Stream(GPU))  # another stream: ordered after the first replay's readers
+    np.testing.assert_array_equal(y.numpy(), np.full(1024, 59.0, np.float32))
+
+
+@needs_torch
+def test_a_graphs_replays_match_torchs_cuda_graph_on_the_same_memory():
+    t = torch.arange(4096, dtype=torch.float32, device="cuda")
+    x = ev.from_dlpack(t)
+    one = ev.ones(4096, device=GPU)
+    torch.cuda.synchronize()
+    with ev.capture(stream=ev.Stream(GPU)) as g:
+        for _ in range(10):
+            ev.add(x, one, out=x)
+    tg = torch.cuda.CUDAGraph()
+    static = torch.zeros(4096, device="cuda")
+    with torch.cuda.graph(tg):
+        static.add_(1.0)
+    for _ in range(3):
+        assert g.replay().wait(timeout=30)
+        tg.replay()
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(t.cpu().numpy(), np.arange(4096, dtype=np.float32) + 30)
+    assert static[0].item() == 3.0
