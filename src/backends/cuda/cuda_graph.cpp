@@ -5,6 +5,7 @@
 
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_handles.hpp"
+#include "backends/cuda/cuda_memory.hpp"
 #include "backends/cuda/cuda_stream.hpp"
 #include "eventide/errors.hpp"
 
@@ -20,6 +21,7 @@ class CudaGraphStretch final : public GraphStretch {
   CudaGraphStretch(Device device, cudaGraphExec_t exec, std::shared_ptr<const std::string> graph)
       : device_(device), exec_(exec), graph_(std::move(graph)) {}
   ~CudaGraphStretch() override {
+    if (memory_shut_down()) return;  // after the runtime's end (or in a fork's child)
     DeviceScope scope(device_.index(), std::nothrow);
     (void)check_nothrow(cudaGraphExecDestroy(exec_), "cudaGraphExecDestroy", "(a replay's graph)");
   }
@@ -47,6 +49,7 @@ class CudaGraphRecorder final : public detail::GraphRecorder {
   }
 
   ~CudaGraphRecorder() override {
+    if (memory_shut_down()) return;  // after the runtime's end (or in a fork's child)
     DeviceScope scope(device_.index(), std::nothrow);
     if (capturing_) {
       // An abandoned capture: what it recorded is thrown away.

@@ -248,6 +248,8 @@ WordPool& word_pool() {
 
 void memory_shutdown() noexcept { g_shut_down.store(true, std::memory_order_release); }
 
+bool memory_shut_down() noexcept { return g_shut_down.load(std::memory_order_acquire); }
+
 void configure_pool(Device device) {
   cudaMemPool_t pool;
   check(cudaDeviceGetDefaultMemPool(&pool, device.index()), "cudaDeviceGetDefaultMemPool",

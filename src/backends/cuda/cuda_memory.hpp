@@ -71,6 +71,9 @@ class PinnedWord {
 // Process exit: from here on device memory is not given back (the CUDA runtime is being torn
 // down); the process's end releases it.
 void memory_shutdown() noexcept;
+// Whether memory_shutdown() was called (the process exits, or is a fork's child): objects
+// that outlive the runtime (a graph's) make no CUDA call to let theirs go.
+bool memory_shut_down() noexcept;
 
 // Gives `device`'s block cache back to its pool and trims the pool to what is in use; the
 // bytes of the block cache given back.
