@@ -34,7 +34,9 @@
 // ordered like ops by the tensors they use: after the writers of what the graph reads, after
 // the readers of what it writes (so no replay overwrites what an earlier one's readers still
 // read, on any stream), and reading the graph's outputs waits for the replay that wrote them.
-// A node that throws fails the replay, naming the op, and what depends on it.
+// A node that throws fails the replay, naming the op, and what depends on it. Under a Profiler
+// a replay's op lists its parts (ProfiledOp::parts: its nodes on the CPU, the kernels CUPTI
+// reports on a GPU), drawn in a "graph nodes" lane under its bar.
 //
 // Devices: the CPU (ops' bodies kept and run again) and CUDA GPUs (recorded into CUDA graphs,
 // one cudaGraphLaunch per stretch between the capture's events; inside the capture, a stream's

@@ -49,6 +49,13 @@ namespace detail {
 class ProfilerState;
 }
 
+// A part of a graph replay's op whose time is known: a node run on the host (its op's name),
+// or a kernel, copy or memset that CUPTI reports on a GPU (the kernel's name).
+struct ProfiledPart {
+  std::string name;
+  double start_us = 0, end_us = 0;
+};
+
 // Times are microseconds on the host's steady clock, from the start of the profile; device
 // times (GPU) are converted to it.
 struct ProfiledOp {
@@ -69,6 +76,9 @@ struct ProfiledOp {
   std::optional<double> start_us, end_us;
   std::string error;        // empty unless it failed
   std::vector<std::uint64_t> waits_for;  // ids of the ops it had to wait for on other streams
+  // A graph replay's op: its parts whose times are known, in the order they ran (drawn inside
+  // its bar); empty for any other op.
+  std::vector<ProfiledPart> parts;
 };
 
 struct ProfiledRecord {

@@ -30,6 +30,11 @@ py::list ops_list(const Profile& p) {
                                                 : py::object(py::none());
     d["error"] = op.error.empty() ? py::object(py::none()) : py::object(py::str(op.error));
     d["waits_for"] = py::cast(op.waits_for);
+    py::list parts;
+    for (const ProfiledPart& part : op.parts) {
+      parts.append(py::dict("name"_a = part.name, "start_us"_a = part.start_us, "end_us"_a = part.end_us));
+    }
+    d["parts"] = std::move(parts);
     out.append(std::move(d));
   }
   return out;
@@ -142,7 +147,8 @@ void bind_profiler(py::module_& m) {
                       "are microseconds from the profile's start, on the host's clock.")
       .def_property_readonly("ops", &ops_list,
                              "One dict per op: id, name, stream, device, seq, detail, is_wait, is_marker, "
-                             "finished, start_us, end_us, duration_us, error, waits_for.")
+                             "finished, start_us, end_us, duration_us, error, waits_for, parts (a graph replay's "
+                             "nodes or kernels: dicts of name, start_us, end_us).")
       .def_property_readonly("records", &records_list, "One dict per event record: event, event_name, op, at_us.")
       .def_property_readonly("host_waits", &host_waits_list,
                              "One dict per host wait: event, thread, start_us, end_us, finished, ops.")

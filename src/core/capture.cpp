@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/event_state.hpp"
+#include "core/observer.hpp"
 #include "core/runtime.hpp"
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
@@ -430,10 +431,14 @@ std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
       later_reads.push_back(t.get());
     }
   }
+  // While a profiler records, each op keeps the times of its parts, to be drawn in its bar.
+  const bool keeps_parts = observer() != nullptr;
   LaunchOptions first;
   first.overwrites = true;
   first.also_after = after_;
-  const LaunchOptions later;
+  first.keeps_parts = keeps_parts;
+  LaunchOptions later;
+  later.keeps_parts = keeps_parts;
 
   std::shared_ptr<GraphState> self = shared_from_this();
   std::vector<Ref<Work>> ops;

@@ -28,10 +28,15 @@ class HostStretch final : public GraphStretch {
 
  private:
   void run() const {
+    // Each node's time, for the profiler, where the replay's op keeps them.
+    const Work* work = running_work();
+    const bool timed = work && work->keeps_parts();
     for (HostNode& n : nodes_) {
       if (!n.body) continue;
+      const std::int64_t start = timed ? host_now_ns() : 0;
       try {
         n.body();  // called again at each replay, never consumed
+        if (timed) work->add_part(n.name, start, host_now_ns());
       } catch (...) {
         throw OpError(n.name + " failed in a replay of " + *graph_ + ": " +
                           describe_error(std::current_exception()),

@@ -62,6 +62,7 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   work->body() = std::move(body);
   if (options.must_issue) work->set_must_issue();
   if (options.no_backend_kernels) work->set_no_backend_kernels();
+  if (options.keeps_parts) [[unlikely]] work->set_keeps_parts();
   // The memory the body uses, kept until it has run. An op without a body touches no memory
   // (it only orders: "empty", a copy made before the launch), and keeps none: its tensors'
   // memory may go back as soon as they do.

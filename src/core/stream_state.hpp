@@ -67,6 +67,8 @@ struct LaunchOptions {
   // Memory the body uses besides its tensors' (a GPU upload's pinned staging, a matmul's
   // workspace), kept like theirs until the op has run.
   Ref<Storage> keep;
+  // The work keeps its parts' times for the profiler (Work::keeps_parts: a graph replay's).
+  bool keeps_parts = false;
 };
 
 class StreamState : public std::enable_shared_from_this<StreamState> {

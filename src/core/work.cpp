@@ -27,6 +27,24 @@ void Work::merge_times(std::int64_t start_ns, std::int64_t end_ns) noexcept {
   if (end_ns > end_ns_.load(std::memory_order_relaxed)) end_ns_.store(end_ns, std::memory_order_relaxed);
 }
 
+void Work::set_keeps_parts() { parts_ = std::make_unique<std::vector<Part>>(); }
+
+void Work::add_part(std::string_view name, std::int64_t start_ns, std::int64_t end_ns) const noexcept {
+  if (!parts_) return;
+  std::lock_guard lock(exec_mu_);
+  try {
+    parts_->push_back(Part{std::string(name), start_ns, end_ns});
+  } catch (...) {
+    // (Out of memory: the profile shows the replay without this part.)
+  }
+}
+
+std::vector<Work::Part> Work::parts() const {
+  if (!parts_) return {};
+  std::lock_guard lock(exec_mu_);
+  return *parts_;
+}
+
 void Work::decide_error() const noexcept {
   std::lock_guard lock(exec_mu_);
   if (!deferred_.load(std::memory_order_relaxed)) return;  // decided by another thread

@@ -13,8 +13,10 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/ref.hpp"
@@ -157,6 +159,21 @@ class Work final : public RefCounted {
   void merge_times(std::int64_t start_ns, std::int64_t end_ns) noexcept;
   void finish_timing() noexcept { timing_known_.store(true, std::memory_order_release); }
 
+  // The parts of a graph replay's op whose times are known, which the profiler draws inside
+  // its bar: the nodes run on the host, the kernels and copies CUPTI reports on a GPU. Kept
+  // only for a work marked before it is submitted (LaunchOptions::keeps_parts, while a
+  // profiler records); added while it runs or as its times arrive (const: the parts are the
+  // profile's record of a run, not the work's state), read once timing_known(). Times on the
+  // timeline's clock, as start_ns(). A part that finds no memory is left out.
+  struct Part {
+    std::string name;
+    std::int64_t start_ns = 0, end_ns = 0;
+  };
+  void set_keeps_parts();
+  bool keeps_parts() const noexcept { return parts_ != nullptr; }
+  void add_part(std::string_view name, std::int64_t start_ns, std::int64_t end_ns) const noexcept;
+  std::vector<Part> parts() const;
+
   using Deps = SmallVector<Dep, 3>;
   Deps& deps() noexcept { return deps_; }
   const Deps& deps() const noexcept { return deps_; }
@@ -195,6 +212,7 @@ class Work final : public RefCounted {
   Callback body_;
   Keep keep_;
   Ref<Stamp> stamp_;
+  mutable std::unique_ptr<std::vector<Part>> parts_;  // under exec_mu_ once submitted
 };
 
 // The errors a Work fails with. They are made where nothing may fail (a worker, a listener,

@@ -107,9 +107,20 @@ class TraceWriter {
     for (const profile::StreamTrack& st : layout_.streams) {
       const int pid = pid_of(st.device);
       Track& track = new_track(pid, ++next_tid[pid], st.stream);
+      Track* nodes = nullptr;  // the parts of its graph replays, on a track under it
       for (std::size_t i : st.ops) {
         const ProfiledOp& op = ops[i];
         const auto& span = layout_.spans[i];
+        for (const ProfiledPart& part : op.parts) {
+          if (!nodes) nodes = &new_track(pid, ++next_tid[pid], st.stream + " · graph nodes");
+          nodes->add(profile::to_ns(part.start_us), profile::to_ns(part.end_us),
+                     Json::object({{"ph", "X"},
+                                   {"pid", pid},
+                                   {"tid", nodes->tid},
+                                   {"name", part.name},
+                                   {"cat", "graph node"},
+                                   {"args", Json::object({{"replay", op.id}})}}));
+        }
         if (!span) {
           if (!op.finished) {
             unfinished_.push_back(Json::object({{"ph", "i"},

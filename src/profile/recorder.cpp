@@ -394,6 +394,13 @@ Profile ProfilerState::stop(std::chrono::nanoseconds timeout,
       if (w.timing_known() && w.has_times()) {
         op.start_us = device_us(w.timeline().to_host_ns(w.start_ns()));
         op.end_us = std::max(*op.start_us, device_us(w.timeline().to_host_ns(w.end_ns())));
+        for (const Work::Part& part : w.parts()) {
+          const double start = device_us(w.timeline().to_host_ns(part.start_ns));
+          op.parts.push_back(
+              ProfiledPart{part.name, start, std::max(start, device_us(w.timeline().to_host_ns(part.end_ns)))});
+        }
+        std::stable_sort(op.parts.begin(), op.parts.end(),
+                         [](const ProfiledPart& a, const ProfiledPart& b) { return a.start_us < b.start_us; });
       }
     }
     p.ops_.push_back(std::move(op));

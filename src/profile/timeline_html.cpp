@@ -277,6 +277,23 @@ class PageWriter {
       bar(range_lane[layout_.range_lane_of[i]], 4, colour(kRangeColour), text(r.name),
           profile::to_ns(r.start_us), profile::to_ns(r.end_us), 0, 0, -1, -1, 0);
     }
+    // The parts of graph replays: a lane per stream that replayed, after the ranges', its
+    // nodes (or kernels) under the replay's bar in time.
+    ++group;
+    for (const profile::StreamTrack& st : layout_.streams) {
+      std::size_t lane = SIZE_MAX;
+      for (std::size_t i : st.ops) {
+        for (const ProfiledPart& part : ops[i].parts) {
+          if (lane == SIZE_MAX) {
+            lane = lanes.size();
+            lanes.push_back(Lane{"range", st.stream + " graph nodes", profile::short_stream_name(st),
+                                 "graph nodes", group});
+          }
+          bar(lane, 4, colour(op_colour(part.name)), text(part.name), profile::to_ns(part.start_us),
+              profile::to_ns(part.end_us), ops[i].id, 0, -1, -1, 0);
+        }
+      }
+    }
 
     std::string arrows;
     std::size_t n_arrows = 0;

@@ -33,6 +33,19 @@ const ev::Device kGpu = ev::Device::cuda(0);
 
 std::vector<float> values(const ev::Tensor& t) { return t.to_vector<float>(); }
 
+// x = 0 and one = 1, 256 floats each, on the GPU.
+struct Operands {
+  ev::Tensor x = ev::zeros({256}, ev::DType::f32, kGpu);
+  ev::Tensor one = ev::ones({256}, ev::DType::f32, kGpu);
+};
+
+// x += one, eagerly on `s` (the stream works as before a capture); x's values after it.
+std::vector<float> add_eagerly(const ev::Stream& s, const Operands& o) {
+  ev::StreamGuard on(s);
+  ev::add_out(o.x, o.x, o.one);
+  return values(o.x);
+}
+
 // x += one, `n` times, captured on `s`.
 ev::Graph captured_adds(const ev::Stream& s, const ev::Tensor& x, const ev::Tensor& one, int n) {
   ev::Capture capture(s);
@@ -181,50 +194,41 @@ TEST(CudaGraphTest, OtherCodesKernelsOnTheCapturesNativeStreamAreCapturedInOrder
 TEST(CudaGraphTest, ACallStreamCaptureForbidsFailsTheEndAndLeavesTheStreamUsable) {
   REQUIRE_GPU();
   run_with_deadline([] {
-    ev::Tensor x = ev::zeros({256}, ev::DType::f32, kGpu);
-    ev::Tensor one = ev::ones({256}, ev::DType::f32, kGpu);
+    Operands o;
     ev::Stream s(kGpu);
     {
       ev::Capture capture(s);
-      ev::add_out(x, x, one);
+      ev::add_out(o.x, o.x, o.one);
       // Other code synchronizes the capture's stream: CUDA invalidates the capture.
       (void)cudaStreamSynchronize(static_cast<cudaStream_t>(s.native_handle()));
       (void)cudaGetLastError();
       EXPECT_THROW_MSG((void)capture.end(), ev::StateError, "graph", "stream capture", "synchronize");
     }
-    EXPECT_EQ(values(x), std::vector<float>(256, 0.0f));
-    {
-      ev::StreamGuard on(s);
-      ev::add_out(x, x, one);
-    }
-    s.synchronize();
-    EXPECT_EQ(values(x), std::vector<float>(256, 1.0f));
+    EXPECT_EQ(values(o.x), std::vector<float>(256, 0.0f));
+    EXPECT_EQ(add_eagerly(s, o), std::vector<float>(256, 1.0f));
   });
 }
 
 TEST(CudaGraphTest, RefusalsAbandonTheCaptureAndTheDeviceGoesOn) {
   REQUIRE_GPU();
   run_with_deadline([] {
-    ev::Tensor x = ev::zeros({256}, ev::DType::f32, kGpu);
-    ev::Tensor one = ev::ones({256}, ev::DType::f32, kGpu);
+    Operands o;
     ev::Stream s(kGpu);
     {
       ev::Capture capture(s);
-      ev::add_out(x, x, one);
-      const ev::Tensor made = ev::add(x, one);  // the graph's own: no value before a replay
+      ev::add_out(o.x, o.x, o.one);
+      const ev::Tensor made = ev::add(o.x, o.one);  // the graph's own: no value before a replay
       EXPECT_THROW_MSG((void)values(made), ev::StateError, "the capture of graph", "host wait");
-      EXPECT_THROW_MSG(ev::add_out(x, x, one), ev::StateError, "the capture of graph");
+      EXPECT_THROW_MSG(ev::add_out(o.x, o.x, o.one), ev::StateError, "the capture of graph");
       EXPECT_THROW_MSG((void)ev::rand({4}, ev::DType::f32, kGpu), ev::StateError, "the capture of graph");
       EXPECT_THROW_MSG((void)capture.end(), ev::StateError, "the capture of graph");
     }
     {
       ev::Capture capture(s);
-      ev::add_out(x, x, one);
+      ev::add_out(o.x, o.x, o.one);
       // Left without end(): nothing runs, the stream is its own again.
     }
-    ev::StreamGuard on(s);
-    ev::add_out(x, x, one);
-    EXPECT_EQ(values(x), std::vector<float>(256, 1.0f));
+    EXPECT_EQ(add_eagerly(s, o), std::vector<float>(256, 1.0f));
   });
 }
 
@@ -276,6 +280,36 @@ TEST(CudaGraphTest, AReplaysEventTakesCallbacksAndWaitAnyAndAGraphMayGoWhileItsR
     for (int i = 0; i < 2000 && called.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     EXPECT_EQ(called.load(), 1);
     EXPECT_EQ(values(x)[0], 200.0f);
+  });
+}
+
+TEST(CudaGraphTest, TheProfilerDrawsAReplayWithTheKernelsCuptiReportsInside) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Tensor x = ev::zeros({1 << 20}, ev::DType::f32, kGpu);
+    ev::Tensor one = ev::ones({1 << 20}, ev::DType::f32, kGpu);
+    ev::Stream s(kGpu);
+    ev::Graph g = captured_adds(s, x, one, 5);
+    ev::Profiler profiler;
+    g.replay(s).wait();
+    ev::Profile p = profiler.stop();
+    const ev::ProfiledOp* replay = nullptr;
+    for (const ev::ProfiledOp& op : p.ops()) {
+      if (op.name.rfind("replay of graph", 0) == 0) replay = &op;
+    }
+    ASSERT_NE(replay, nullptr);
+    ASSERT_TRUE(replay->start_us.has_value());
+    if (ev::device_info(kGpu).description.find("CUPTI") == std::string::npos) {
+      GTEST_SKIP() << "op times here are not CUPTI's (" << ev::device_info(kGpu).description
+                   << "): a replay's kernels have no times of their own";
+    }
+    ASSERT_EQ(replay->parts.size(), 5u) << "a part per kernel of the graph";
+    for (const ev::ProfiledPart& part : replay->parts) {
+      EXPECT_NE(part.name.find("kernel"), std::string::npos) << part.name;
+      EXPECT_GE(part.start_us, *replay->start_us - 1e-3);
+      EXPECT_LE(part.end_us, *replay->end_us + 1e-3);
+    }
+    EXPECT_NE(p.chrome_trace().find("graph nodes"), std::string::npos);
   });
 }
 

@@ -501,6 +501,36 @@ TEST(GraphTest, LaunchesAndJoinsRacingTheEndAreCapturedOrRefusedAndLeaveNoStream
   });
 }
 
+TEST(GraphTest, TheProfilerDrawsAReplayAsOneBarWithItsNodesInside) {
+  run_with_deadline([] {
+    Tensor x = ev::zeros({1 << 16});
+    Tensor one = ev::ones({1 << 16});
+    Graph g = captured([&] {
+      ev::add_out(x, x, one);
+      Tensor y = ev::mul(x, one);
+      ev::add_out(x, x, y);
+    });
+    ev::Profiler profiler;
+    g.replay().wait();
+    ev::Profile p = profiler.stop();
+    const ev::ProfiledOp* replay = nullptr;
+    for (const ev::ProfiledOp& op : p.ops()) {
+      if (op.name.rfind("replay of graph", 0) == 0) replay = &op;
+    }
+    ASSERT_NE(replay, nullptr);
+    ASSERT_EQ(replay->parts.size(), 3u) << "a part per node";
+    EXPECT_EQ(replay->parts[0].name, "add");
+    EXPECT_EQ(replay->parts[1].name, "mul");
+    for (const ev::ProfiledPart& part : replay->parts) {
+      EXPECT_GE(part.start_us, *replay->start_us - 1e-3);
+      EXPECT_LE(part.end_us, *replay->end_us + 1e-3);
+      EXPECT_LE(part.start_us, part.end_us);
+    }
+    EXPECT_NE(p.chrome_trace().find("graph nodes"), std::string::npos);
+    EXPECT_NE(p.timeline_html().find("graph nodes"), std::string::npos);
+  });
+}
+
 TEST(GraphTest, BadUseSaysWhatIsWrong) {
   run_with_deadline([] {
     EXPECT_THROW_MSG(Graph().replay(), ev::StateError, "no graph");

@@ -171,3 +171,20 @@ def test_benchmark_with_graph_captures_once_and_times_replays():
     np.testing.assert_array_equal(values(x), np.full(4, 70.0, np.float32))
     with pytest.raises(ev.EventStateError, match="the capture of graph"):
         ev.benchmark(lambda: ev.ones(2).numpy(), graph=True, progress=False)
+
+
+def test_under_a_profiler_a_replay_lists_its_nodes_inside_its_bar():
+    x, one = ev.zeros(4096), ev.ones(4096)
+    with ev.capture() as g:
+        ev.add(x, one, out=x)
+        ev.mul(x, one, out=x)
+    with ev.profile() as prof:
+        call_with_timeout(g.replay().wait)
+    profile = prof.profile
+    replays = [op for op in profile.ops if op["name"].startswith("replay of graph")]
+    assert len(replays) == 1
+    replay = replays[0]
+    assert [p["name"] for p in replay["parts"]] == ["add", "mul"]
+    for part in replay["parts"]:
+        assert replay["start_us"] - 1e-3 <= part["start_us"] <= part["end_us"] <= replay["end_us"] + 1e-3
+    assert "graph nodes" in profile.chrome_trace()

@@ -6,15 +6,19 @@
 // time on CUPTI's clock is known by calibration (calibrate(), below). CUPTI's clock is put on
 // the host's by an offset measured now and then (the narrowest of a few brackets).
 #include <cupti.h>
+#include <cxxabi.h>
 
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -58,6 +62,33 @@ constexpr std::int64_t kAnchorAgeNs = 1'000'000'000;
 // that a long process follows a clock that is stepped or drifts.
 constexpr std::int64_t kCalibrationAgeNs = 10'000'000'000;
 
+// A kernel's name as a profile shows it: demangled, without its parameters, namespaces or
+// return type ("binary_kernel<float>"); the name as given where it does not demangle.
+std::string short_kernel_name(const char* mangled) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
+                                                   std::free);
+  std::string name = status == 0 && demangled ? demangled.get() : mangled;
+  static constexpr std::string_view kAnonymous = "(anonymous namespace)::";
+  for (std::size_t at = name.find(kAnonymous); at != std::string::npos; at = name.find(kAnonymous)) {
+    name.erase(at, kAnonymous.size());
+  }
+  // Cut at the parameter list (the first '(' outside angle brackets), then keep what follows
+  // the last "::" or space outside them.
+  int depth = 0;
+  std::size_t cut = name.size(), begin = 0;
+  for (std::size_t i = 0; i < name.size() && cut == name.size(); ++i) {
+    const char c = name[i];
+    if (c == '<') ++depth;
+    if (c == '>') --depth;
+    if (depth != 0) continue;
+    if (c == '(') cut = i;
+    if (c == ' ') begin = i + 1;
+    if (c == ':' && i + 1 < name.size() && name[i + 1] == ':') begin = i + 2;
+  }
+  return begin < cut ? name.substr(begin, cut - begin) : name;
+}
+
 const char* cupti_text(CUptiResult r) {
   const char* s = nullptr;
   cuptiGetResultString(r, &s);
@@ -95,10 +126,16 @@ struct Records {
   std::int64_t cupti_offset_ns = 0;
   std::int64_t cupti_offset_at = 0;
 
-  void merge(std::uint64_t id, std::uint64_t start, std::uint64_t end) {
+  // `what` names the record (a kernel's name), for an op that keeps its parts (a graph
+  // replay's, while a profiler records); null for a record without one.
+  void merge(std::uint64_t id, std::uint64_t start, std::uint64_t end, const char* what = nullptr) {
     auto it = entries.find(id);
-    if (it != entries.end()) it->second.work->merge_times(static_cast<std::int64_t>(start),
-                                                          static_cast<std::int64_t>(end));
+    if (it == entries.end()) return;
+    Work& work = *it->second.work;
+    work.merge_times(static_cast<std::int64_t>(start), static_cast<std::int64_t>(end));
+    if (what && work.keeps_parts()) [[unlikely]] {
+      work.add_part(short_kernel_name(what), static_cast<std::int64_t>(start), static_cast<std::int64_t>(end));
+    }
   }
 
   // Ops' launching calls, noted by closing Scopes: the launching threads take only this
@@ -169,6 +206,7 @@ struct Records {
   void take(CUpti_Activity* rec) {
     std::uint32_t correlation = 0;
     std::uint64_t start = 0, end = 0;
+    const char* what = nullptr;
     switch (rec->kind) {
       case CUPTI_ACTIVITY_KIND_KERNEL:
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
@@ -176,10 +214,12 @@ struct Records {
         correlation = r->correlationId;
         start = r->start;
         end = r->end;
+        what = r->name;
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         auto* r = reinterpret_cast<CUpti_ActivityMemcpy6*>(rec);
+        what = "memcpy";
         correlation = r->correlationId;
         start = r->start;
         end = r->end;
@@ -187,6 +227,7 @@ struct Records {
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY2: {
         auto* r = reinterpret_cast<CUpti_ActivityMemcpyPtoP4*>(rec);
+        what = "memcpy";
         correlation = r->correlationId;
         start = r->start;
         end = r->end;
@@ -194,6 +235,7 @@ struct Records {
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         auto* r = reinterpret_cast<CUpti_ActivityMemset4*>(rec);
+        what = "memset";
         correlation = r->correlationId;
         start = r->start;
         end = r->end;
@@ -203,7 +245,7 @@ struct Records {
         return;
     }
     if (auto it = by_correlation.find(correlation); it != by_correlation.end()) {
-      merge(it->second, start, end);
+      merge(it->second, start, end, what);
     } else {
       Orphan& o = orphans.try_emplace(correlation, Orphan{start, end, epoch}).first->second;
       o.start = std::min(o.start, start);
