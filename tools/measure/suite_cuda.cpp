@@ -29,6 +29,25 @@ Figure relative_figure(const std::string& name, const std::string& title, const 
   return time_figure(name, title, ours, {raw}, goal_text, ours.value <= goal, goal, true);
 }
 
+// A throughput figure (TFLOP/s) of ours beside `anchor`, met at `factor` of the anchor's.
+Figure tflops_figure(const std::string& name, const std::string& title, const cuda::MatmulResult& r,
+                     const std::string& anchor, const std::string& anchor_key, double factor,
+                     const std::string& goal, const std::string& note) {
+  Figure f;
+  f.name = name;
+  f.title = title;
+  f.unit = Unit::tflops;
+  f.ours = Bar{"eventide", r.ours_tflops, std::nullopt};
+  f.anchors = {Bar{anchor, r.direct_tflops, std::nullopt}};
+  f.ratio = r.ours_tflops / r.direct_tflops;
+  f.goal = goal;
+  f.goal_value = factor * r.direct_tflops;
+  f.met = *f.ratio >= factor;
+  f.note = note;
+  f.values = {{"eventide_tflops", r.ours_tflops}, {anchor_key, r.direct_tflops}, {"ratio", *f.ratio}};
+  return f;
+}
+
 }  // namespace
 
 std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
@@ -183,22 +202,10 @@ std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
   suite.push_back({"graph.matmul.bf16.n1024", "50 bf16 matmuls n = 1024 replayed beside cuBLASLt in a raw graph",
                    quick ? 0.3 : 1.0, [=] {
     const int trials = quick ? 3 : 5;
-    cuda::MatmulResult r = cuda::graph_matmul(gpu, 1024, 50, trials);
-    Figure f;
-    f.name = "graph.matmul.bf16.n1024";
-    f.title = "replay of 50 `matmul_out` bf16 n = 1024, throughput";
-    f.unit = Unit::tflops;
-    f.ours = Bar{"eventide", r.ours_tflops, std::nullopt};
-    f.anchors = {Bar{"cuBLASLt in a raw CUDA graph", r.direct_tflops, std::nullopt}};
-    f.ratio = r.ours_tflops / r.direct_tflops;
-    f.goal = "≥ 95% of the raw graph";
-    f.goal_value = 0.95 * r.direct_tflops;
-    f.met = *f.ratio >= 0.95;
-    f.note = "best of " + std::to_string(trials) + " alternating trials of 10 replays";
-    f.values = {{"eventide_tflops", r.ours_tflops},
-                {"raw_graph_tflops", r.direct_tflops},
-                {"ratio", *f.ratio}};
-    return f;
+    return tflops_figure("graph.matmul.bf16.n1024", "replay of 50 `matmul_out` bf16 n = 1024, throughput",
+                         cuda::graph_matmul(gpu, 1024, 50, trials), "cuBLASLt in a raw CUDA graph",
+                         "raw_graph_tflops", 0.95, "≥ 95% of the raw graph",
+                         "best of " + std::to_string(trials) + " alternating trials of 10 replays");
   }});
 
   struct Case {
@@ -216,22 +223,10 @@ std::vector<Benchmark> cuda_suite(const SuiteOptions& options) {
       const double estimate = (n == 8192 ? 2.5 : n == 4096 ? 0.8 : 0.4) * trials / 5.0;
       suite.push_back({name, "matmul " + type + " n = " + std::to_string(n) + " beside cuBLASLt",
                        estimate, [=] {
-        cuda::MatmulResult r = cuda::matmul(gpu, k.dtype, k.tf32, n, trials);
-        Figure f;
-        f.name = name;
-        f.title = "`matmul` " + type + " n = " + std::to_string(n) + " + `record` + `wait`";
-        f.unit = Unit::tflops;
-        f.ours = Bar{"eventide", r.ours_tflops, std::nullopt};
-        f.anchors = {Bar{"cuBLASLt, called directly", r.direct_tflops, std::nullopt}};
-        f.ratio = r.ours_tflops / r.direct_tflops;
-        f.goal = "≥ 97% of cuBLASLt";
-        f.goal_value = 0.97 * r.direct_tflops;
-        f.met = *f.ratio >= 0.97;
-        f.note = "best of " + std::to_string(trials) + " alternating trials";
-        f.values = {{"eventide_tflops", r.ours_tflops},
-                    {"cublaslt_tflops", r.direct_tflops},
-                    {"ratio", *f.ratio}};
-        return f;
+        return tflops_figure(name, "`matmul` " + type + " n = " + std::to_string(n) + " + `record` + `wait`",
+                             cuda::matmul(gpu, k.dtype, k.tf32, n, trials), "cuBLASLt, called directly",
+                             "cublaslt_tflops", 0.97, "≥ 97% of cuBLASLt",
+                             "best of " + std::to_string(trials) + " alternating trials");
       }});
     }
   }
