@@ -30,7 +30,7 @@ from conftest import Gate, call_with_timeout
 
 CPU = ev.Device("cpu")
 OP_KEYS = {"id", "name", "stream", "device", "seq", "detail", "is_wait", "is_marker", "finished",
-           "start_us", "end_us", "duration_us", "error", "waits_for"}
+           "start_us", "end_us", "duration_us", "error", "waits_for", "parts"}
 
 
 def ready(*shape: int, dtype: Any = ev.float32) -> ev.Tensor:
@@ -114,6 +114,7 @@ class TestOps:
             assert op["device"] == CPU
             assert op["finished"] is True and op["error"] is None and op["is_wait"] is False
             assert op["waits_for"] == []  # same stream, or inputs from before the profile
+            assert op["parts"] == []  # (a graph replay's alone)
             assert 0 <= op["start_us"] <= op["end_us"] <= prof.duration_us
             assert op["duration_us"] == pytest.approx(op["end_us"] - op["start_us"])
         m1, m2, add = ops
