@@ -35,6 +35,7 @@
 #include <eventide/eventide.hpp>
 
 #include "measure/measure.hpp"
+#include "measure/one_thread_pool.hpp"
 
 namespace ev = eventide;
 namespace mb = eventide::bench;
@@ -148,49 +149,8 @@ std::vector<double> op_rounds(Way way, int rounds, ev::Device device) {
   return v;
 }
 
-// A one-thread executor, as a server's pool would be.
-class OneThreadPool {
- public:
-  OneThreadPool() : thread_([this] { run(); }) {}
-  ~OneThreadPool() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void post(std::function<void()> fn) {
-    // Notified under the lock, as the tests' pool (coro_util.hpp) is: what is posted may end
-    // the run, whose thread then destroys the pool while a later notify still used it.
-    std::lock_guard lock(mu_);
-    queue_.push_back(std::move(fn));
-    cv_.notify_one();
-  }
-
- private:
-  void run() {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      auto fn = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      fn();
-      lock.lock();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stop_ = false;
-  std::thread thread_;
-};
-struct PoolRef {
-  OneThreadPool* pool;
-  void post(std::function<void()> fn) const { pool->post(std::move(fn)); }
-};
+using eventide::bench::OneThreadPool;  // a one-thread executor, as a server's pool would be
+using eventide::bench::PoolRef;
 
 std::vector<double> resume_on_rounds(int rounds) {
   OneThreadPool pool;

@@ -93,17 +93,17 @@ TEST(CoroRaceTest, TheFrameDestroyedOnItsExecutorWhileAnEventAStopAndATimeoutRac
         ProbePtr p = probe();
         auto task = std::make_shared<Task>();
         const auto timeout = std::chrono::microseconds((i * 7 + t) % 40);
-        pool.run_here([&] {
+        run_here(pool, [&] {
           *task = await_timed(u | ev::timeout(timeout) | ev::cancel_on(stop.get_token()) |
                                   ev::resume_on(PoolRef{&pool}),
                               p);
         });
         std::thread setter([u]() mutable { u.set(); });
         std::thread stopper([&stop] { stop.request_stop(); });
-        pool.run_here([&] { task->destroy(); });
+        run_here(pool, [&] { task->destroy(); });
         setter.join();
         stopper.join();
-        pool.run_here([] {});  // what was posted before the destruction has run by now
+        run_here(pool, [] {});  // what was posted before the destruction has run by now
         ASSERT_LE(p->resumes.load(), 1);
         resumed.fetch_add(p->resumes.load());
         ASSERT_EQ(pending_callbacks(u), 0);

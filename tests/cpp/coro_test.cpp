@@ -418,11 +418,11 @@ TEST(CoroTest, CompletionRacingTheFramesDestructionOnItsExecutorIsSafe) {
         ev::UserEvent u;
         ProbePtr p = probe();
         auto task = std::make_shared<Task>();
-        pool.run_here([&] { *task = await_void(u | ev::resume_on(PoolRef{&pool}), p); });
+        run_here(pool, [&] { *task = await_void(u | ev::resume_on(PoolRef{&pool}), p); });
         std::thread setter([u]() mutable { u.set(); });
-        pool.run_here([&] { task->destroy(); });
+        run_here(pool, [&] { task->destroy(); });
         setter.join();
-        pool.run_here([] {});  // a resumption posted before the destruction has run by now
+        run_here(pool, [] {});  // a resumption posted before the destruction has run by now
         ASSERT_LE(p->resumes.load(), 1);
         resumed.fetch_add(p->resumes.load());
         ASSERT_EQ(pending_callbacks(u), 0);

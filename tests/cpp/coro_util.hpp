@@ -23,6 +23,7 @@
 
 #include "core/runtime_lock.hpp"
 #include "coro_task.hpp"
+#include "measure/one_thread_pool.hpp"
 #include "test_util.hpp"
 
 namespace eventide_test {
@@ -88,63 +89,20 @@ Task await_timed(A awaitable, ProbePtr p) {
     p->error = std::current_exception();
   }
 }
-// An executor of the tests' own: one thread running what is posted to it, in order.
-class OneThreadPool {
- public:
-  OneThreadPool() : thread_([this] { run(); }) {}
-  ~OneThreadPool() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void post(std::function<void()> fn) {
-    // Notified under the lock: what is posted may end the test, whose thread then destroys
-    // the pool, while a notify after the unlock would still be using its condition variable.
-    std::lock_guard lock(mu_);
-    queue_.push_back(std::move(fn));
-    cv_.notify_all();
-  }
-  std::thread::id id() const { return thread_.get_id(); }
-  // Runs `fn` on the pool's thread and waits for it.
-  void run_here(std::function<void()> fn) {
-    Flag done;
-    post([&] {
-      fn();
-      done.set();
-    });
-    ASSERT_TRUE(done.wait_for(30s));
-  }
+// An executor of the tests' own: one thread running what is posted to it, in order
+// (measure/one_thread_pool.hpp, shared with the coroutine benchmark), and its handle.
+using eventide::bench::OneThreadPool;
+using eventide::bench::PoolRef;
 
- private:
-  void run() {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      std::function<void()> fn = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      fn();
-      fn = nullptr;
-      lock.lock();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stop_ = false;
-  std::thread thread_;  // last: starts once the rest is made
-};
-
-// The pool as an executor: a copyable handle with post(f).
-struct PoolRef {
-  OneThreadPool* pool;
-  void post(std::function<void()> fn) const { pool->post(std::move(fn)); }
-};
+// Runs `fn` on the pool's thread and waits for it.
+inline void run_here(OneThreadPool& pool, std::function<void()> fn) {
+  Flag done;
+  pool.post([&] {
+    fn();
+    done.set();
+  });
+  ASSERT_TRUE(done.wait_for(30s));
+}
 
 // An executor given as a callable, that keeps what it is handed until the test runs it.
 struct HeldQueue {

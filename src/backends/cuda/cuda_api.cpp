@@ -1,11 +1,41 @@
 #include "backends/cuda/cuda_api.hpp"
 
+#include <cxxabi.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <string_view>
 
 #include "eventide/errors.hpp"
 
 namespace eventide::backends::cuda {
+
+std::string short_kernel_name(const char* mangled) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
+                                                   std::free);
+  std::string name = status == 0 && demangled ? demangled.get() : mangled;
+  static constexpr std::string_view kAnonymous = "(anonymous namespace)::";
+  for (std::size_t at = name.find(kAnonymous); at != std::string::npos; at = name.find(kAnonymous)) {
+    name.erase(at, kAnonymous.size());
+  }
+  // Cut at the parameter list (the first '(' outside angle brackets), then keep what follows
+  // the last "::" or space outside them.
+  int depth = 0;
+  std::size_t cut = name.size(), begin = 0;
+  for (std::size_t i = 0; i < name.size() && cut == name.size(); ++i) {
+    const char c = name[i];
+    if (c == '<') ++depth;
+    if (c == '>') --depth;
+    if (depth != 0) continue;
+    if (c == '(') cut = i;
+    if (c == ' ') begin = i + 1;
+    if (c == ':' && i + 1 < name.size() && name[i + 1] == ':') begin = i + 2;
+  }
+  return begin < cut ? name.substr(begin, cut - begin) : name;
+}
 
 std::string describe(cudaError_t status) {
   return std::string(cudaGetErrorString(status)) + " (" + cudaGetErrorName(status) + " = " +

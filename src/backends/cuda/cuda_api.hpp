@@ -25,6 +25,10 @@ namespace eventide::backends::cuda {
 // "out of memory (cudaErrorMemoryAllocation = 2)".
 std::string describe(cudaError_t status);
 
+// A kernel's name as a profile shows it: demangled, without its parameters, namespaces or
+// return type ("binary_kernel<float>"); the name as given where it does not demangle.
+std::string short_kernel_name(const char* mangled);
+
 // Throws DeviceError("<call> failed <what>: <status>").
 [[noreturn]] void fail(cudaError_t status, const char* call, std::string_view what);
 [[noreturn]] void fail_driver(CUresult status, const char* call, std::string_view what);

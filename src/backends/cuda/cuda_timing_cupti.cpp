@@ -6,7 +6,6 @@
 // time on CUPTI's clock is known by calibration (calibrate(), below). CUPTI's clock is put on
 // the host's by an offset measured now and then (the narrowest of a few brackets).
 #include <cupti.h>
-#include <cxxabi.h>
 
 #include <atomic>
 #include <cmath>
@@ -18,7 +17,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -61,33 +59,6 @@ constexpr std::int64_t kAnchorAgeNs = 1'000'000'000;
 // CUPTI's clock against the host's: measured again when the last measure is this old, so
 // that a long process follows a clock that is stepped or drifts.
 constexpr std::int64_t kCalibrationAgeNs = 10'000'000'000;
-
-// A kernel's name as a profile shows it: demangled, without its parameters, namespaces or
-// return type ("binary_kernel<float>"); the name as given where it does not demangle.
-std::string short_kernel_name(const char* mangled) {
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
-                                                   std::free);
-  std::string name = status == 0 && demangled ? demangled.get() : mangled;
-  static constexpr std::string_view kAnonymous = "(anonymous namespace)::";
-  for (std::size_t at = name.find(kAnonymous); at != std::string::npos; at = name.find(kAnonymous)) {
-    name.erase(at, kAnonymous.size());
-  }
-  // Cut at the parameter list (the first '(' outside angle brackets), then keep what follows
-  // the last "::" or space outside them.
-  int depth = 0;
-  std::size_t cut = name.size(), begin = 0;
-  for (std::size_t i = 0; i < name.size() && cut == name.size(); ++i) {
-    const char c = name[i];
-    if (c == '<') ++depth;
-    if (c == '>') --depth;
-    if (depth != 0) continue;
-    if (c == '(') cut = i;
-    if (c == ' ') begin = i + 1;
-    if (c == ':' && i + 1 < name.size() && name[i + 1] == ':') begin = i + 2;
-  }
-  return begin < cut ? name.substr(begin, cut - begin) : name;
-}
 
 const char* cupti_text(CUptiResult r) {
   const char* s = nullptr;
