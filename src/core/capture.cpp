@@ -133,6 +133,14 @@ void CaptureState::throw_closed_locked() const {
                    "new Capture records anew");
 }
 
+GraphRecorder& CaptureState::recorder_while_open() {
+  // A call that passed check_open() may have waited here for an end(): once the capture is
+  // no longer open its recorder has made its last cut, or is gone.
+  std::lock_guard lock(mu_);
+  if (phase_ != Phase::open) throw_closed_locked();
+  return *recorder_;
+}
+
 void CaptureState::check_open() {
   if (timeline_->looked()) (void)abandon(looked_at_error(*this));
   std::lock_guard lock(mu_);
@@ -181,12 +189,9 @@ Ref<Work> CaptureState::add_op(StreamState& stream, std::string name, std::span<
   // In the recording's order (see the header comment); the body goes to the recorder under
   // no runtime lock (a user's callable: released, or run into a GPU's graph, there).
   std::lock_guard order(record_mu_);
-  {
-    std::lock_guard lock(mu_);
-    if (phase_ != Phase::open) throw_closed_locked();
-  }
+  GraphRecorder& recorder = recorder_while_open();
   try {
-    recorder_->add(name, std::move(body));
+    recorder.add(name, std::move(body));
   } catch (...) {
     std::rethrow_exception(abandon(std::current_exception()));
   }
@@ -220,9 +225,10 @@ Ref<Work> CaptureState::add_event(StreamState* stream, const std::shared_ptr<Eve
   check_open();
   // The recording is cut here: the event is recorded again between the stretches.
   std::lock_guard order(record_mu_);
+  GraphRecorder& recorder = recorder_while_open();
   std::unique_ptr<GraphStretch> stretch;
   try {
-    stretch = recorder_->cut(false);
+    stretch = recorder.cut(false);
   } catch (...) {
     std::rethrow_exception(abandon(std::current_exception()));
   }

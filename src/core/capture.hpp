@@ -175,6 +175,9 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   // Throws what a call on a capture that is no longer open gets: the abandonment, or that it
   // has ended. Under mu_.
   [[noreturn]] void throw_closed_locked() const;
+  // The recorder, while the capture is open (else throws as throw_closed_locked). Under
+  // record_mu_.
+  GraphRecorder& recorder_while_open();
   // Detaches every stream of the capture; under no lock.
   void detach_streams() noexcept;
   // Finishes the capture Work with `error` (advances its timeline); under no lock.

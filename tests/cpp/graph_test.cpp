@@ -460,7 +460,7 @@ TEST(GraphTest, AnEventOfTheCaptureIsNeverSeenEmptyByAWaiterWhileReplaysGoOn) {
   });
 }
 
-TEST(GraphTest, LaunchesAndJoinsRacingTheEndAreCapturedOrRefusedAndLeaveNoStreamCapturing) {
+TEST(GraphTest, LaunchesRecordsAndJoinsRacingTheEndAreCapturedOrRefusedAndLeaveNoStreamCapturing) {
   run_with_deadline([] {
     Tensor one = ev::ones({4});
     for (int round = 0; round < iterations(200); ++round) {
@@ -474,6 +474,11 @@ TEST(GraphTest, LaunchesAndJoinsRacingTheEndAreCapturedOrRefusedAndLeaveNoStream
         while (!go.load()) std::this_thread::yield();
         try {
           s.enqueue("late", [] {}, {}, {x});
+        } catch (const ev::StateError&) {
+        }
+        try {
+          ev::Event late;
+          late.record(s);  // a cut of the recording, racing the end's last one
         } catch (const ev::StateError&) {
         }
         try {
