@@ -408,6 +408,21 @@ void CaptureState::discard() noexcept {
   phase_ = Phase::ended;
 }
 
+Ref<Storage> CaptureState::shared_scratch(std::size_t bytes,
+                                          const std::function<Ref<Storage>(std::size_t)>& make) {
+  {
+    std::lock_guard lock(scratch_mu_);
+    if (scratch_ && scratch_->bytes() >= bytes) return scratch_;
+  }
+  Ref<Storage> made = make(bytes);  // no lock held: it allocates
+  Ref<Storage> smaller;  // released after the lock
+  std::lock_guard lock(scratch_mu_);
+  if (!scratch_ || scratch_->bytes() < bytes) {
+    smaller = std::exchange(scratch_, std::move(made));
+  }
+  return scratch_;
+}
+
 // --- GraphState -----------------------------------------------------------------------------
 
 std::string GraphState::str() const {

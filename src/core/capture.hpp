@@ -45,6 +45,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -155,6 +156,13 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   // captured work was polled since the last call).
   void check_open();
 
+  // Scratch memory of at least `bytes` that every op of the capture may use (a matmul's
+  // workspace), made by `make(bytes)`, with no lock held, the first time or when a larger one
+  // is asked for; kept by each op that uses it, as GraphNode::keep. Only for a device whose
+  // graphs run their ops one after another, and their replays one after another (a GPU's:
+  // one chain per graph, replays ordered by the graph's writes): one block then serves them all.
+  Ref<Storage> shared_scratch(std::size_t bytes, const std::function<Ref<Storage>(std::size_t)>& make);
+
   // `stream` joins the capture (it waits on an event recorded in it); false if it may not
   // (another device: the caller refuses the wait).
   bool join(const std::shared_ptr<StreamState>& stream);
@@ -219,6 +227,8 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
     std::size_t position;
   };
   std::vector<Recorded> recorded_;
+  std::mutex scratch_mu_;  // a leaf: guards scratch_ only
+  Ref<Storage> scratch_;
 };
 
 }  // namespace eventide::detail

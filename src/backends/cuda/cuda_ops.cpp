@@ -8,6 +8,7 @@
 #include "backends/cuda/cuda_matmul.hpp"
 #include "backends/cuda/cuda_memory.hpp"
 #include "backends/cuda/cuda_stream.hpp"
+#include "core/capture.hpp"
 #include "core/runtime.hpp"
 #include "eventide/errors.hpp"
 #include "eventide/runtime.hpp"
@@ -124,10 +125,18 @@ class CudaKernels final : public ops::Kernels {
     const void* pa = a.storage->data();
     const void* pb = b.storage->data();
     void* po = out.storage->data();
-    // In a capture, a workspace of the graph's own: a replay may run beside this stream's
-    // later matmuls, which use the stream's.
-    Ref<Storage> ws = s.in_capture() ? allocate_device(device_.device(), kMatmulWorkspace, cs.handle())
-                                     : cs.workspace(kMatmulWorkspace);
+    // In a capture, the graph's workspace, one for all its matmuls (its ops run one after
+    // another, and so do its replays): a replay may run beside this stream's later matmuls,
+    // which use the stream's.
+    Ref<Storage> ws;
+    if (s.in_capture()) [[unlikely]] {
+      if (auto c = s.capture()) {
+        const Device device = device_.device();
+        cudaStream_t on = cs.handle();
+        ws = c->shared_scratch(kMatmulWorkspace, [&](std::size_t bytes) { return allocate_device(device, bytes, on); });
+      }
+    }
+    if (!ws) ws = cs.workspace(kMatmulWorkspace);
     void* wp = ws->data();
     const std::size_t wbytes = ws->bytes();
     const DType dtype = a.dtype;
