@@ -408,6 +408,31 @@ void CaptureState::discard() noexcept {
   phase_ = Phase::ended;
 }
 
+std::pair<std::shared_ptr<TensorState>, std::uint64_t> CaptureState::draw(
+    std::uint64_t blocks, const std::function<GraphDraws()>& make) {
+  check_open();
+  GraphDraws made;  // released after the lock, if another thread's came first
+  std::unique_lock lock(mu_);
+  if (phase_ != Phase::open) throw_closed_locked();
+  GraphDraws& draws = graph_->draws_;
+  if (!draws.cell) {
+    lock.unlock();
+    made = make();  // allocates the cell, which the capture adopts (under mu_)
+    lock.lock();
+    if (phase_ != Phase::open) throw_closed_locked();
+    if (!draws.cell) {
+      draws.cell = std::move(made.cell);
+      draws.write = std::move(made.write);
+      // Written by each replay before its ops read it: the replays' hazards order it.
+      draws.cell->storage->mark_escaped();
+      if (find_tensor(graph_->writes_, *draws.cell) == graph_->writes_.size()) graph_->writes_.push_back(draws.cell);
+    }
+  }
+  const std::uint64_t offset = draws.blocks;
+  draws.blocks += blocks;
+  return {draws.cell, offset};
+}
+
 Ref<Storage> CaptureState::shared_scratch(std::size_t bytes,
                                           const std::function<Ref<Storage>(std::size_t)>& make) {
   {
@@ -460,6 +485,15 @@ std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
   first.keeps_parts = keeps_parts;
   LaunchOptions later;
   later.keeps_parts = keeps_parts;
+  // The graph's random numbers: this replay's, from the device's generator, written into the
+  // cell first (GraphDraws).
+  Callback draw;
+  if (draws_.cell) {
+    const auto [seed, base] = Runtime::get().context(device_).reserve_random(draws_.blocks);
+    auto [write, keep] = draws_.write(stream, seed, base);
+    draw = std::move(write);
+    first.keep = std::move(keep);
+  }
 
   std::shared_ptr<GraphState> self = shared_from_this();
   std::vector<Ref<Work>> ops;
@@ -480,9 +514,15 @@ std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
     }
     if (k == stretches_.size()) break;
     const bool is_first = ops.empty();
+    Callback run = stretches_[k]->replay_on(stream);
+    if (is_first && draw) {
+      run = [draw = std::move(draw), run = std::move(run)]() mutable {
+        draw();
+        run();
+      };
+    }
     ops.push_back(stream.launch(name, is_first ? first_reads : later_reads, writes,
-                                [self, run = stretches_[k]->replay_on(stream)]() mutable { run(); },
-                                is_first ? first : later));
+                                [self, run = std::move(run)]() mutable { run(); }, is_first ? first : later));
   }
   if (ops.empty() && !a_marker) ops.push_back(stream.mark(StreamState::MarkerTiming::timed));  // an empty graph
   // The replay is done when all it issued is: the events' points after its last op too.

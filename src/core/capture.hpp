@@ -20,9 +20,10 @@
 //   (nothing may wait for work that has not run), with a refusal naming the capture;
 // - an eager op on another stream that reads a tensor of the capture depends on the capture
 //   Work, and fails with its error when the capture ends.
-// Calls that cannot be captured (a UserEvent gate: a wait for the host; synchronize, a collective, a copy between devices, random
-// numbers) abandon the capture and throw; later calls on its streams throw the same reason
-// until the capture is ended.
+// Calls that cannot be captured (a UserEvent gate: a wait for the host; synchronize, a
+// collective, a copy between devices) abandon the capture and throw; later calls on its
+// streams throw the same reason until the capture is ended. Random numbers are captured with
+// a cell that each replay writes first (GraphDraws).
 //
 // Replay. A graph replays on a stream as one op per stretch between the events it holds,
 // whose body is the stretch's (the nodes' bodies in order on the CPU, one launch of a native
@@ -74,6 +75,20 @@ struct GraphNode {
   Ref<Storage> keep;  // memory its body uses besides its tensors' (a workspace)
 };
 
+// Random numbers drawn in a capture (rand, randn): each replay draws afresh from the device's
+// generator, the numbers the ops would draw if they were issued then. The capture counts the
+// ops' Philox blocks (each op's offset from the replay's base); a replay reserves that many
+// and, first in stream order, writes its seed and base into `cell`, which the ops' bodies
+// read when they run.
+struct GraphDraws {
+  std::shared_ptr<TensorState> cell;  // two 64-bit words on the device: seed, base
+  // The body that writes them into the cell on `stream` in stream order, and the memory it
+  // uses until it has run (the ops layer's: a device's upload).
+  std::function<std::pair<Callback, Ref<Storage>>(StreamState& stream, std::uint64_t seed, std::uint64_t base)>
+      write;
+  std::uint64_t blocks = 0;  // drawn at each replay
+};
+
 // An event recorded in the capture: recorded again at each replay, after `position` stretches.
 struct GraphPoint {
   std::size_t position = 0;
@@ -101,6 +116,7 @@ class GraphState : public std::enable_shared_from_this<GraphState> {
   std::vector<GraphNode> nodes_;
   std::vector<std::unique_ptr<GraphStretch>> stretches_;
   std::vector<GraphPoint> points_;  // by position
+  GraphDraws draws_;
   // The tensors it reads from outside, those it writes (outside and its own), and its own.
   std::vector<std::shared_ptr<TensorState>> reads_;
   std::vector<std::shared_ptr<TensorState>> writes_;
@@ -156,6 +172,11 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   // captured work was polled since the last call).
   void check_open();
 
+  // A random op's draw of `blocks` in the capture: the graph's cell (GraphDraws) and the op's
+  // offset from each replay's base. `make` gives the cell and its writer at the first draw
+  // (called with no lock held). Throws the abandonment, as add_op does.
+  std::pair<std::shared_ptr<TensorState>, std::uint64_t> draw(std::uint64_t blocks,
+                                                              const std::function<GraphDraws()>& make);
   // Scratch memory of at least `bytes` that every op of the capture may use (a matmul's
   // workspace), made by `make(bytes)`, with no lock held, the first time or when a larger one
   // is asked for; kept by each op that uses it, as GraphNode::keep. Only for a device whose

@@ -24,6 +24,7 @@
 #include "core/backend.hpp"
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
+#include "ops/philox.hpp"
 
 namespace eventide::detail {
 class DeviceContext;
@@ -42,7 +43,9 @@ enum class RandomKind { uniform, normal };
 
 const char* name(BinaryOp op) noexcept;
 
-using ReserveRandom = std::function<std::pair<std::uint64_t, std::uint64_t>(std::uint64_t blocks)>;
+// Reserves a draw's counter blocks (philox::Draw: where they start, at the call or, in a graph
+// capture, at each replay).
+using ReserveRandom = std::function<philox::Draw(std::uint64_t blocks)>;
 
 // What a kernel gives the ops layer for one op.
 struct Body {
@@ -63,8 +66,9 @@ class Kernels {
   // Every element of `out` = value (converted to out's dtype).
   virtual Body fill(StreamState& s, const TensorState& out, double value) = 0;
   // Philox-4x32-10 numbers (ops/philox.hpp). Once the op is accepted (dtype supported), the
-  // kernel reserves its counter blocks with `reserve(blocks)`, which returns (seed, first
-  // block): a refused call leaves the generator where it was.
+  // kernel reserves its counter blocks with `reserve(blocks)`, which says where they start
+  // (philox::Draw, resolved when the body runs): a refused call leaves the generator where it
+  // was.
   virtual Body random(StreamState& s, const TensorState& out, RandomKind kind,
                       const ReserveRandom& reserve) = 0;
   // out = a (op) b, elementwise; shapes and dtypes already match.
@@ -79,6 +83,9 @@ class Kernels {
   // Copies out.nbytes() from `host` into `out`, a tensor no op has used yet: from `host`
   // before returning (the caller may reuse it), into `out` when the stream reaches the op.
   virtual Body upload(StreamState& s, const TensorState& out, const void* host) = 0;
+  // Writes two 64-bit words into `out` (16 bytes, which ops before this one may still read)
+  // when the stream reaches the op: a graph replay's seed and base for its random numbers.
+  virtual Body write_words(StreamState& s, const TensorState& out, std::uint64_t first, std::uint64_t second) = 0;
   // Copies `src`, whose producer has finished, into `host` (blocking).
   virtual void download(const TensorState& src, void* host) = 0;
 

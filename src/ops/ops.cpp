@@ -187,12 +187,37 @@ void check_random_dtype(const char* op, DType dtype) {
   }
 }
 
+// The cell of a graph's random numbers (detail::GraphDraws), made in the capture: the graph's
+// own tensor, which each replay writes through the device's kernels.
+detail::GraphDraws graph_draws(Target& t) {
+  detail::GraphDraws draws;
+  draws.cell = new_tensor(t, {2}, DType::i64);
+  draws.write = [kernels = &t.kernels, cell = draws.cell](detail::StreamState& s, std::uint64_t seed, std::uint64_t base) {
+    ops::Body body = kernels->write_words(s, *cell, seed, base);
+    return std::pair<detail::Callback, detail::Ref<detail::Storage>>(std::move(body.run), std::move(body.keep));
+  };
+  return draws;
+}
+
 void launch_random(const char* op, Target& t, TensorState& out, ops::RandomKind kind, bool overwrites) {
-  t.stream->refuse_in_capture(std::string(op) + " (its numbers are drawn at the call: every "
-                              "replay would repeat them; draw outside the capture and copy_ them in)");
-  ops::launch(*t.stream, op, {}, {&out},
-              t.kernels.random(*t.stream, out, kind,
-                               [&t](std::uint64_t blocks) { return t.ctx.reserve_random(blocks); }),
+  // In a capture, each replay draws afresh (GraphDraws): the op reads its seed and base from
+  // the graph's cell. The op also reads the cell, so that one issued as the capture ends, too
+  // late to be captured, fails with "no value until the graph is replayed" as the graph's
+  // tensors do, instead of drawing from a cell no replay has written.
+  std::shared_ptr<detail::CaptureState> capture = t.stream->in_capture() ? t.stream->capture() : nullptr;
+  std::shared_ptr<TensorState> cell;
+  ops::Body body = t.kernels.random(*t.stream, out, kind, [&](std::uint64_t blocks) -> ops::philox::Draw {
+    if (!capture) {
+      const auto [seed, first] = t.ctx.reserve_random(blocks);
+      return {.seed = seed, .offset = first};
+    }
+    auto [graph_cell, offset] = capture->draw(blocks, [&] { return graph_draws(t); });
+    cell = std::move(graph_cell);
+    return {.offset = offset, .cell = static_cast<const std::uint64_t*>(cell->storage->data())};
+  });
+  TensorState* reads[] = {cell.get()};
+  TensorState* writes[] = {&out};
+  ops::launch(*t.stream, op, std::span<TensorState* const>(reads, cell ? 1 : 0), writes, std::move(body),
               overwrites);
 }
 

@@ -92,6 +92,18 @@ EVENTIDE_HD inline void normal_pair(std::uint64_t seed, std::uint64_t block, T& 
   second = radius * std::sin(angle);
 }
 
+// Where a draw's counter blocks start: a seed and a first block known at the call, or, for a
+// draw captured in a graph, read when the draw runs from `cell` (a seed and a base that each
+// replay writes first), with `offset` counted from that base.
+struct Draw {
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
+  const std::uint64_t* cell = nullptr;  // in the memory of the device that runs the draw
+
+  EVENTIDE_HD std::uint64_t key() const { return cell ? cell[0] : seed; }
+  EVENTIDE_HD std::uint64_t first_block() const { return cell ? cell[1] + offset : offset; }
+};
+
 inline std::uint64_t blocks_for(std::int64_t numel, bool is_f64, bool normal) {
   auto n = static_cast<std::uint64_t>(numel);
   if (normal) return (n + 1) / 2;

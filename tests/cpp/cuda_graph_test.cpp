@@ -163,6 +163,50 @@ TEST(CudaGraphTest, TheMatmulsOfAGraphShareOneWorkspace) {
   });
 }
 
+// The kernels of a captured rand and randn read their seed and base from the graph's cell,
+// which each replay writes first in stream order: a replay draws what the ops would draw
+// eagerly then, bit for bit, also when replays queue on two streams.
+TEST(CudaGraphTest, EachReplayDrawsAfreshAsTheEagerOpsWould) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    ev::Tensor u = ev::empty({4099}, ev::DType::f32, kGpu);
+    ev::Tensor n = ev::empty({1000}, ev::DType::bf16, kGpu);
+    ev::Tensor sum = ev::zeros({4099}, ev::DType::f32, kGpu);
+    ev::Stream s(kGpu);
+    ev::Graph g;
+    {
+      ev::Capture capture(s);
+      ev::rand_out(u);
+      ev::randn_out(n);
+      ev::add_out(sum, sum, u);
+      g = capture.end();
+    }
+    ev::manual_seed(5, kGpu);
+    g.replay(s).wait();
+    const std::vector<float> u1 = values(u);
+    const std::vector<float> n1 = values(ev::cast(n, ev::DType::f32));
+    ev::manual_seed(5, kGpu);
+    EXPECT_EQ(values(ev::rand({4099}, ev::DType::f32, kGpu)), u1);
+    EXPECT_EQ(values(ev::cast(ev::randn({1000}, ev::DType::bf16, kGpu), ev::DType::f32)), n1);
+
+    // Eight replays back to back on two streams: each adds its own draw.
+    ev::manual_seed(9, kGpu);
+    std::vector<float> want(4099, 0.0f);
+    for (int r = 0; r < 8; ++r) {
+      const std::vector<float> drawn = values(ev::rand({4099}, ev::DType::f32, kGpu));
+      (void)ev::randn({1000}, ev::DType::bf16, kGpu);
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] += drawn[i];
+    }
+    sum.copy_(ev::zeros({4099}, ev::DType::f32, kGpu));
+    ev::Stream other(kGpu);
+    ev::manual_seed(9, kGpu);
+    std::vector<ev::Event> done;
+    for (int r = 0; r < 8; ++r) done.push_back(g.replay(r % 2 ? other : s));
+    for (ev::Event& e : done) e.wait();
+    EXPECT_EQ(values(sum), want);
+  });
+}
+
 TEST(CudaGraphTest, EventsRecordedInTheCaptureTimeTheLatestReplay) {
   REQUIRE_GPU();
   run_with_deadline([] {

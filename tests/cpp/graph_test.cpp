@@ -4,13 +4,11 @@
 // torch.cuda.graph and CUDA stream capture rely on: a static input updated with copy_
 // between replays, outputs read after each replay, events recorded inside the capture timing
 // the latest replay, and capture errors that leave the stream usable.
-#include "test_util.hpp"
+#include "graph_util.hpp"
 
 #include <atomic>
 #include <thread>
 #include <vector>
-
-#include <eventide/graph.hpp>
 
 namespace eventide_test {
 namespace {
@@ -18,21 +16,6 @@ namespace {
 using ev::Capture;
 using ev::Graph;
 using ev::Tensor;
-
-std::vector<float> values(const Tensor& t) { return t.to_vector<float>(); }
-
-// The graph of what `issue` issues in a capture on a stream of its own (`issue` may take the
-// Capture, for its stream).
-template <class F>
-Graph captured(F&& issue) {
-  Capture capture;
-  if constexpr (std::is_invocable_v<F&, Capture&>) {
-    issue(capture);
-  } else {
-    issue();
-  }
-  return capture.end();
-}
 
 // x += one, `n` times, captured on a stream of its own.
 Graph captured_adds(const Tensor& x, const Tensor& one, int n) {
@@ -277,12 +260,6 @@ TEST(GraphTest, AWaitForOutsideDeviceWorkStillRunningOrdersEveryReplayAfterIt) {
     held.set();
     done.wait();
     EXPECT_EQ(values(x), std::vector<float>(4, 1.0f));
-  });
-}
-
-TEST(GraphTest, RandomNumbersAndCopiesBetweenDevicesAreRefused) {
-  run_with_deadline([] {
-    expect_refused([](Capture&, Tensor&) { (void)ev::rand({4}); }, "rand");
   });
 }
 

@@ -344,6 +344,9 @@ class FakeKernels final : public eventide::ops::Kernels {
   Body matmul(StreamState&, const TensorState&, const TensorState&, const TensorState&) override {
     unsupported("matmul");
   }
+  Body write_words(StreamState&, const TensorState&, std::uint64_t, std::uint64_t) override {
+    unsupported("a graph's random numbers");
+  }
   Body upload(StreamState&, const TensorState& out, const void* host) override {
     check();
     if (out.nbytes() > 0) std::memcpy(out.storage->data(), host, out.nbytes());

@@ -73,8 +73,9 @@ void binary_loop(BinaryOp op, const T* a, const T* b, T* out, std::int64_t n) {
 }
 
 template <class T>
-void random_fill(T* out, std::int64_t n, RandomKind kind, std::uint64_t seed, std::uint64_t offset) {
+void random_fill(T* out, std::int64_t n, RandomKind kind, const ops::philox::Draw& draw) {
   namespace px = ops::philox;
+  const std::uint64_t seed = draw.key(), offset = draw.first_block();
   if (kind == RandomKind::uniform) {
     constexpr std::int64_t per_block = std::is_same_v<T, double> ? 2 : 4;
     T v[per_block];
@@ -180,14 +181,14 @@ class CpuKernels final : public ops::Kernels {
                    const ops::ReserveRandom& reserve) override {
     const char* op = kind == RandomKind::uniform ? "rand" : "randn";
     if (out.dtype != DType::f32 && out.dtype != DType::f64) unsupported(op, out.dtype, "f32, f64");
-    auto [seed, offset] = reserve(ops::philox::blocks_for(out.numel, out.dtype == DType::f64,
-                                                          kind == RandomKind::normal));
+    const ops::philox::Draw draw =
+        reserve(ops::philox::blocks_for(out.numel, out.dtype == DType::f64, kind == RandomKind::normal));
     void* p = out.storage->data();
     const std::int64_t n = out.numel;
     if (out.dtype == DType::f32) {
-      return {.run = [=] { random_fill(static_cast<float*>(p), n, kind, seed, offset); }};
+      return {.run = [=] { random_fill(static_cast<float*>(p), n, kind, draw); }};
     }
-    return {.run = [=] { random_fill(static_cast<double*>(p), n, kind, seed, offset); }};
+    return {.run = [=] { random_fill(static_cast<double*>(p), n, kind, draw); }};
   }
 
   ops::Body binary(StreamState&, BinaryOp op, const TensorState& a, const TensorState& b,
@@ -261,6 +262,14 @@ class CpuKernels final : public ops::Kernels {
     // The cpu's memory is host memory, and no op has used `out` yet: copied now.
     if (out.nbytes() > 0) std::memcpy(out.storage->data(), host, out.nbytes());
     return {};
+  }
+
+  ops::Body write_words(StreamState&, const TensorState& out, std::uint64_t first, std::uint64_t second) override {
+    auto* p = static_cast<std::uint64_t*>(out.storage->data());
+    return {.run = [=] {
+      p[0] = first;
+      p[1] = second;
+    }};
   }
 
   void download(const TensorState& src, void* host) override {

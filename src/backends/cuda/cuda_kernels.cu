@@ -122,7 +122,8 @@ namespace px = ops::philox;
 // Uniform f32-layout numbers (and their f16/bf16 roundings): element i is value i % 4 of
 // block offset + i / 4 (ops/philox.hpp's layout, as on the CPU).
 template <class T>
-__global__ void uniform32_kernel(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
+__global__ void uniform32_kernel(T* out, std::int64_t n, px::Draw draw) {
+  const std::uint64_t seed = draw.key(), offset = draw.first_block();
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::int64_t{gridDim.x} * blockDim.x) {
     float v[4];
@@ -131,7 +132,8 @@ __global__ void uniform32_kernel(T* out, std::int64_t n, std::uint64_t seed, std
   }
 }
 
-__global__ void uniform64_kernel(double* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
+__global__ void uniform64_kernel(double* out, std::int64_t n, px::Draw draw) {
+  const std::uint64_t seed = draw.key(), offset = draw.first_block();
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::int64_t{gridDim.x} * blockDim.x) {
     double v[2];
@@ -142,7 +144,8 @@ __global__ void uniform64_kernel(double* out, std::int64_t n, std::uint64_t seed
 
 // Box-Muller: the pair (2j, 2j+1) from block offset + j.
 template <class T>
-__global__ void normal32_kernel(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
+__global__ void normal32_kernel(T* out, std::int64_t n, px::Draw draw) {
+  const std::uint64_t seed = draw.key(), offset = draw.first_block();
   const std::int64_t pairs = (n + 1) / 2;
   for (std::int64_t j = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; j < pairs;
        j += std::int64_t{gridDim.x} * blockDim.x) {
@@ -153,7 +156,8 @@ __global__ void normal32_kernel(T* out, std::int64_t n, std::uint64_t seed, std:
   }
 }
 
-__global__ void normal64_kernel(double* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset) {
+__global__ void normal64_kernel(double* out, std::int64_t n, px::Draw draw) {
+  const std::uint64_t seed = draw.key(), offset = draw.first_block();
   const std::int64_t pairs = (n + 1) / 2;
   for (std::int64_t j = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; j < pairs;
        j += std::int64_t{gridDim.x} * blockDim.x) {
@@ -248,28 +252,28 @@ void cast(const void* in, DType from, void* out, DType to, std::int64_t n, cudaS
   check_launch("cast");
 }
 
-void random(void* out, std::int64_t n, DType dtype, Distribution distribution, std::uint64_t seed,
-            std::uint64_t offset, cudaStream_t stream) {
+void random(void* out, std::int64_t n, DType dtype, Distribution distribution, const ops::philox::Draw& draw,
+            cudaStream_t stream) {
   if (n == 0) return;
   const bool normal = distribution == Distribution::normal;
   const std::int64_t threads_needed = normal ? (n + 1) / 2 : n;
   const int blocks = blocks_for(threads_needed);
   switch (dtype) {
     case DType::f32:
-      normal ? normal32_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), n, seed, offset)
-             : uniform32_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), n, seed, offset);
+      normal ? normal32_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), n, draw)
+             : uniform32_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), n, draw);
       break;
     case DType::f16:
-      normal ? normal32_kernel<__half><<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(out), n, seed, offset)
-             : uniform32_kernel<__half><<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(out), n, seed, offset);
+      normal ? normal32_kernel<__half><<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(out), n, draw)
+             : uniform32_kernel<__half><<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(out), n, draw);
       break;
     case DType::bf16:
-      normal ? normal32_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out), n, seed, offset)
-             : uniform32_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out), n, seed, offset);
+      normal ? normal32_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out), n, draw)
+             : uniform32_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out), n, draw);
       break;
     case DType::f64:
-      normal ? normal64_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(out), n, seed, offset)
-             : uniform64_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(out), n, seed, offset);
+      normal ? normal64_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(out), n, draw)
+             : uniform64_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(out), n, draw);
       break;
     default:
       throw InvalidArgument(std::string(normal ? "randn" : "rand") + ": needs a floating dtype");

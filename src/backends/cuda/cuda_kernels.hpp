@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "eventide/dtype.hpp"
+#include "ops/philox.hpp"
 
 namespace eventide::backends::cuda::kernels {
 
@@ -21,9 +22,10 @@ void binary(BinaryKind kind, const void* a, const void* b, void* out, std::int64
             cudaStream_t stream);
 // out = in converted from `from` to `to` (floating dtypes), rounded to nearest even.
 void cast(const void* in, DType from, void* out, DType to, std::int64_t n, cudaStream_t stream);
-// Philox numbers laid out as on the CPU (ops/philox.hpp); f16 and bf16 are drawn as f32.
-void random(void* out, std::int64_t n, DType dtype, Distribution distribution, std::uint64_t seed,
-            std::uint64_t offset, cudaStream_t stream);
+// Philox numbers laid out as on the CPU (ops/philox.hpp); f16 and bf16 are drawn as f32. A
+// draw whose cell is set reads its seed and base from there (device memory) when it runs.
+void random(void* out, std::int64_t n, DType dtype, Distribution distribution, const ops::philox::Draw& draw,
+            cudaStream_t stream);
 
 // Makes CUDA load the kernels' code into the current device's context now
 // (cudaFuncGetAttributes). Otherwise it is loaded at the first launch, and loading a module

@@ -78,14 +78,14 @@ class CudaKernels final : public ops::Kernels {
     check_usable();
     const bool normal = kind == ops::RandomKind::normal;
     if (!is_floating(out.dtype)) unsupported(normal ? "randn" : "rand", out.dtype, "f32, f64, f16, bf16");
-    auto [seed, offset] = reserve(ops::philox::blocks_for(out.numel, out.dtype == DType::f64, normal));
+    const ops::philox::Draw draw = reserve(ops::philox::blocks_for(out.numel, out.dtype == DType::f64, normal));
     void* p = out.storage->data();
     const std::int64_t n = out.numel;
     const DType dtype = out.dtype;
     cudaStream_t stream = as_cuda_stream(s).launch_handle();
     return {.run = [=] {
       kernels::random(p, n, dtype, normal ? kernels::Distribution::normal : kernels::Distribution::uniform,
-                      seed, offset, stream);
+                      draw, stream);
     }};
   }
 
@@ -158,6 +158,13 @@ class CudaKernels final : public ops::Kernels {
     return {.run = copy_async(out.storage->data(), staging->data(), bytes, cudaMemcpyHostToDevice,
                               as_cuda_stream(s).launch_handle(), out.device),
             .keep = std::move(staging)};
+  }
+
+  ops::Body write_words(StreamState& s, const TensorState& out, std::uint64_t first, std::uint64_t second) override {
+    // An upload stages what it copies: the words are the body's, and `out` is written only
+    // in stream order, after the ops before it have read it.
+    const std::uint64_t words[2] = {first, second};
+    return upload(s, out, words);
   }
 
   void download(const TensorState& src, void* host) override {
