@@ -203,13 +203,15 @@ class CudaKernels final : public ops::Kernels {
   bool copies_directly_to(Device to) const override { return to.is_cuda(); }
 
   ops::Body copy_direct(StreamState& s, const TensorState& src, const TensorState& dst) override {
-    // GPU to another GPU, peer to peer, on the source's stream.
+    // GPU to another GPU, peer to peer, on the source's stream; within one GPU a copy of the
+    // device's own (which a CUDA graph capture records, where a peer copy is refused).
     check_usable();
     void* to = dst.storage->data();
     const void* from = src.storage->data();
     const std::size_t bytes = src.nbytes();
     cudaStream_t h = as_cuda_stream(s).launch_handle();
     const int src_index = src.device.index(), dst_index = dst.device.index();
+    if (src_index == dst_index) return {.run = copy_async(to, from, bytes, cudaMemcpyDeviceToDevice, h, src.device)};
     return {.run = [=] {
       check(cudaMemcpyPeerAsync(to, dst_index, from, src_index, bytes, h), "cudaMemcpyPeerAsync",
             [&] { return "(cuda:" + std::to_string(src_index) + " to cuda:" + std::to_string(dst_index) + ")"; });
