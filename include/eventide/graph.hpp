@@ -23,10 +23,13 @@
 //   Tensors from outside are read, and written in place, at replay time.
 // * What cannot be captured abandons the capture and throws a StateError naming the capture
 //   and the call: a host wait or a poll of captured work, synchronize or query of a capturing
-//   stream, a wait for a UserEvent not yet set (a gate), random numbers, a copy between
-//   devices, a collective. (A wait for device work from outside, still running, orders every
-//   replay after it.) Later calls
-//   on the capture's streams throw the same error; end() throws it; nothing hangs.
+//   stream, a wait for a UserEvent not yet set (a gate), a copy between devices, a
+//   collective. (A wait for device work from outside, still running, orders every replay
+//   after it.) Later calls on the capture's streams throw the same error; end() throws it;
+//   nothing hangs.
+// * Random numbers (rand, randn) are drawn afresh at each replay: the numbers the same ops
+//   would draw if they were issued eagerly at the replay's call (manual_seed before a replay
+//   makes it repeat).
 //
 // Replay. `replay(stream)` issues the whole graph on `stream` (of the graph's device) and
 // returns an Event that finishes when that replay is done: waited for, polled, called back,

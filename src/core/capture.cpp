@@ -436,6 +436,12 @@ std::pair<std::shared_ptr<TensorState>, std::uint64_t> CaptureState::draw(
 Ref<Storage> CaptureState::shared_scratch(std::size_t bytes,
                                           const std::function<Ref<Storage>(std::size_t)>& make) {
   {
+    // Only while the capture is open: an op that finds the capture ending runs eagerly, with
+    // the stream's own scratch (GraphDraws' cell makes a late random op fail instead).
+    std::lock_guard lock(mu_);
+    if (phase_ != Phase::open) return nullptr;
+  }
+  {
     std::lock_guard lock(scratch_mu_);
     if (scratch_ && scratch_->bytes() >= bytes) return scratch_;
   }
@@ -486,7 +492,8 @@ std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
   LaunchOptions later;
   later.keeps_parts = keeps_parts;
   // The graph's random numbers: this replay's, from the device's generator, written into the
-  // cell first (GraphDraws).
+  // cell first (GraphDraws). (A replay that then fails to be issued, out of memory for the
+  // words' staging or on a stream of another thread's, has moved the generator on.)
   Callback draw;
   if (draws_.cell) {
     const auto [seed, base] = Runtime::get().context(device_).reserve_random(draws_.blocks);
@@ -496,6 +503,7 @@ std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
   }
 
   std::shared_ptr<GraphState> self = shared_from_this();
+  std::lock_guard whole(replay_mu_);
   std::vector<Ref<Work>> ops;
   Ref<Work> a_marker;
   std::vector<Ref<Work>> trailing;  // markers after the last stretch

@@ -117,6 +117,11 @@ class GraphState : public std::enable_shared_from_this<GraphState> {
   std::vector<std::unique_ptr<GraphStretch>> stretches_;
   std::vector<GraphPoint> points_;  // by position
   GraphDraws draws_;
+  // Orders whole replays: each issues all its ops before another replay issues one, so that
+  // two threads' replays never interleave their stretches (the second's first stretch would
+  // rewrite the graph's memory, its random numbers' cell among it, before the first's later
+  // stretches read it). Not a runtime lock: held while the ops are issued, never while one runs.
+  std::mutex replay_mu_;
   // The tensors it reads from outside, those it writes (outside and its own), and its own.
   std::vector<std::shared_ptr<TensorState>> reads_;
   std::vector<std::shared_ptr<TensorState>> writes_;
@@ -182,6 +187,7 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   // is asked for; kept by each op that uses it, as GraphNode::keep. Only for a device whose
   // graphs run their ops one after another, and their replays one after another (a GPU's:
   // one chain per graph, replays ordered by the graph's writes): one block then serves them all.
+  // Null once the capture is no longer open (the caller uses its own).
   Ref<Storage> shared_scratch(std::size_t bytes, const std::function<Ref<Storage>(std::size_t)>& make);
 
   // `stream` joins the capture (it waits on an event recorded in it); false if it may not

@@ -37,16 +37,18 @@ kernels::BinaryKind kind_of(ops::BinaryOp op) noexcept {
                         " on cuda (supported: " + supported + ")");
 }
 
-// "(host to cuda:0)", "(cuda:0 to host)": built only once a copy has failed (building it
-// inline also draws a false -Wrestrict from GCC 12).
+// "(host to cuda:0)", "(cuda:0 to host)", "(within cuda:0)": built only once a copy has failed
+// (building it inline also draws a false -Wrestrict from GCC 12).
 [[gnu::cold, gnu::noinline]] std::string copy_direction(cudaMemcpyKind kind, Device device) {
+  if (kind == cudaMemcpyDeviceToDevice) return "(within " + device.str() + ")";
   std::string what = kind == cudaMemcpyHostToDevice ? "(host to " : "(";
   what += device.str();
   what += kind == cudaMemcpyHostToDevice ? ")" : " to host)";
   return what;
 }
 
-// Issues one copy between the host and `device` on `stream`; a CUDA error names the direction.
+// Issues one copy between the host and `device`, or within it, on `stream`; a CUDA error
+// names the direction.
 void copy_on(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind,
              cudaStream_t stream, Device device) {
   const cudaError_t e = cudaMemcpyAsync(to, from, bytes, kind, stream);
