@@ -1,12 +1,12 @@
-// Graph capture and replay: see core/capture.hpp.
+// Graph capture: see core/capture.hpp (the replay: core/graph_replay.cpp).
 #include "core/capture.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <utility>
 
+#include "core/dispatcher.hpp"
 #include "core/event_state.hpp"
-#include "core/observer.hpp"
 #include "core/runtime.hpp"
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
@@ -34,6 +34,16 @@ class CaptureTimeline final : private CaptureCounter, public Timeline {
  public:
   CaptureTimeline(std::string name, std::weak_ptr<CaptureState> capture)
       : Timeline(std::move(name), &value), capture_(std::move(capture)) {}
+  // For a capture that follows other code's: its recorder, and the task that ends it on
+  // `dispatcher` when a poll finds that capture over (posted once).
+  void follow(std::shared_ptr<GraphRecorder> recorder, Dispatcher& dispatcher) {
+    std::weak_ptr<CaptureState> capture = capture_;
+    end_task_ = std::make_unique<CallbackTask>(Callback([capture] {
+      if (std::shared_ptr<CaptureState> c = capture.lock()) c->end_followed();
+    }));
+    dispatcher_ = &dispatcher;
+    followed_ = std::move(recorder);
+  }
   std::shared_ptr<CaptureState> capture() const noexcept { return capture_.lock(); }
   // Captured work was polled: the capture's next call abandons it (CaptureState::check_open).
   bool looked() const noexcept { return looked_.load(std::memory_order_acquire); }
@@ -41,6 +51,20 @@ class CaptureTimeline final : private CaptureCounter, public Timeline {
  protected:
   void demanded(std::uint64_t seq, Demand how) noexcept override {
     (void)seq;
+    if (followed_ && !followed_->still_open()) {
+      // Other code's capture is over, and this capture has not seen it yet: it ends now (a
+      // host wait: under no lock), or on the dispatcher (a poll, under any lock: only posted).
+      if (how == Demand::soon) {
+        if (!end_posted_.exchange(true, std::memory_order_acq_rel)) {
+          CallbackList task;
+          task.push_back(std::move(end_task_));
+          dispatcher_->post(std::move(task), nullptr);
+        }
+      } else if (std::shared_ptr<CaptureState> c = capture_.lock()) {
+        c->end_followed();
+      }
+      return;
+    }
     if (how == Demand::soon) {
       // A poll: from under any lock (an event's), so only noted, touching nothing but this
       // flag (not even a reference to the capture, whose last one must not go here).
@@ -54,6 +78,10 @@ class CaptureTimeline final : private CaptureCounter, public Timeline {
  private:
   std::weak_ptr<CaptureState> capture_;
   std::atomic<bool> looked_{false};
+  std::shared_ptr<GraphRecorder> followed_;
+  std::unique_ptr<CallbackTask> end_task_;
+  Dispatcher* dispatcher_ = nullptr;
+  std::atomic<bool> end_posted_{false};
 };
 
 std::exception_ptr looked_at_error(const CaptureState& c) noexcept {
@@ -82,14 +110,14 @@ Ref<Work> CaptureState::record_of(Ref<Work> producer, const std::shared_ptr<Even
   std::shared_ptr<StreamState> current = Runtime::get().current_stream(device);
   if (std::shared_ptr<CaptureState> c = current->capture()) return c->add_event(current.get(), event);
   // A tensor of a capture still open, recorded elsewhere: at the capture's current end.
-  if (std::shared_ptr<CaptureState> c = of(*producer)) return c->add_event(nullptr, event);
+  if (std::shared_ptr<CaptureState> c = of(*producer); c && !producer->done()) return c->add_event(nullptr, event);
   return producer;
 }
 
-CaptureState::CaptureState(const std::shared_ptr<StreamState>& origin)
+CaptureState::CaptureState(const std::shared_ptr<StreamState>& origin, std::string name)
     : device_(origin->device()),
       id_(++next_graph_id),
-      name_("the capture of graph " + std::to_string(id_) + " on " + origin->name()),
+      name_(name.empty() ? "the capture of graph " + std::to_string(id_) + " on " + origin->name() : std::move(name)),
       graph_(new GraphState()) {
   streams_.push_back(origin);
   joined_.push_back(Joined{});
@@ -102,21 +130,72 @@ std::shared_ptr<CaptureState> CaptureState::begin(const std::shared_ptr<StreamSt
   DeviceBackend& backend = Runtime::get().context(origin->device()).backend();
   const std::string why = backend.why_no_capture();
   if (!why.empty()) throw InvalidArgument("graph capture on " + origin->name() + ": " + why);
-  std::shared_ptr<CaptureState> c(new CaptureState(origin));
+  std::shared_ptr<CaptureState> c(new CaptureState(origin, {}));
   c->recorder_ = backend.record_graph("graph " + std::to_string(c->id_) + ", captured on " + origin->name());
   c->native_ = c->recorder_->native_stream();
-  open_captures.fetch_add(1, std::memory_order_acq_rel);
-  c->timeline_ = make_ref<CaptureTimeline>("graph " + std::to_string(c->id_) + " (capture)", c);
-  c->work_ = make_ref<Work>(c->timeline_, "graph " + std::to_string(c->id_) + " (captured work)", WorkKind::op);
-  c->work_->set_seq(1);
+  c->start(nullptr);
   origin->begin_capture(c);  // throws if the stream captures already: nothing else holds c
   return c;
 }
 
+void CaptureState::start(std::shared_ptr<GraphRecorder> followed) {
+  open_captures.fetch_add(1, std::memory_order_acq_rel);
+  timeline_ = make_ref<CaptureTimeline>("graph " + std::to_string(id_) + " (capture)", weak_from_this());
+  if (followed) timeline_->follow(std::move(followed), Runtime::get().dispatcher(device_));
+  work_ = make_ref<Work>(timeline_, "graph " + std::to_string(id_) + " (captured work)", WorkKind::op);
+  work_->set_seq(1);
+}
+
+std::shared_ptr<CaptureState> CaptureState::follow(const std::shared_ptr<StreamState>& stream,
+                                                   std::unique_ptr<GraphRecorder> recorder) {
+  std::shared_ptr<GraphRecorder> followed(std::move(recorder));
+  std::shared_ptr<CaptureState> c(new CaptureState(stream, "the " + followed->follows() + ", begun by other code"));
+  c->native_ = followed->native_stream();
+  c->followed_ = followed;
+  c->start(followed);
+  // The graph keeps the capture, and with it all its ops use, until the graph is gone; then
+  // it is let go on the device's dispatcher (the device's own thread may not release memory).
+  Dispatcher& dispatcher = Runtime::get().dispatcher(c->device_);
+  dispatcher.ensure_thread();
+  auto release = std::make_unique<CallbackTask>(Callback([c] {}));
+  followed->keep_with_graph(Callback([release = std::move(release), d = &dispatcher]() mutable {
+    CallbackList task;
+    task.push_back(std::move(release));
+    d->post(std::move(task), nullptr);
+  }));
+  stream->begin_capture(c);  // the caller saw the stream in no capture
+  return c;
+}
+
+void CaptureState::end_followed() noexcept {
+  {
+    std::lock_guard lock(mu_);
+    if (phase_ == Phase::ending || phase_ == Phase::ended) return;
+    phase_ = Phase::ending;
+  }
+  detach_streams();
+  std::vector<std::shared_ptr<TensorState>> own;  // released under no lock
+  {
+    std::lock_guard lock(mu_);
+    phase_ = Phase::ended;
+    own.swap(own_);
+  }
+  finish_work(nullptr);  // (an abandoned capture's Work has failed already)
+}
+
+void CaptureState::refuse_followed(const std::string& what) {
+  refuse(what + ": eventide cannot put that in a graph that other code replays; issue it before "
+         "or after that capture, or capture the work with eventide's own capture (ev.capture), "
+         "whose replays eventide sees");
+}
+
 CaptureState::~CaptureState() {
   open_captures.fetch_sub(1, std::memory_order_acq_rel);
-  // A capture Work is always finished: a Work nobody finishes would hang its waiters.
-  if (work_ && !work_->done()) finish_work(abandoned_ ? abandoned_ : out_of_memory_error());
+  // A capture Work is always finished: a Work nobody finishes would hang its waiters. (One
+  // that follows other code's capture is over once that code's graph is gone.)
+  if (work_ && !work_->done()) {
+    finish_work(abandoned_ ? abandoned_ : followed_ ? nullptr : out_of_memory_error());
+  }
 }
 
 std::size_t CaptureState::find_tensor(const std::vector<std::shared_ptr<TensorState>>& in,
@@ -138,7 +217,7 @@ GraphRecorder& CaptureState::recorder_while_open() {
   // no longer open its recorder has made its last cut, or is gone.
   std::lock_guard lock(mu_);
   if (phase_ != Phase::open) throw_closed_locked();
-  return *recorder_;
+  return recorder_ ? *recorder_ : *followed_;
 }
 
 void CaptureState::check_open() {
@@ -172,7 +251,13 @@ void CaptureState::adopt(TensorState& tensor) {
   std::shared_ptr<TensorState> t = tensor.shared_from_this();
   std::lock_guard lock(mu_);
   if (phase_ != Phase::open) return;  // the op that made it will throw the abandonment
-  tensor.storage->mark_escaped();  // the graph's own memory: never reused in stream order
+  // The graph's own memory: never reused in stream order (and, in other code's graph,
+  // rewritten at replays eventide does not see).
+  if (followed_) {
+    tensor.storage->mark_in_other_graph();
+  } else {
+    tensor.storage->mark_escaped();
+  }
   Work::Deps none;
   tensor.use_for_write(work_, none);  // produced by the capture: no value until a replay
   own_.push_back(std::move(t));
@@ -185,6 +270,19 @@ Ref<Work> CaptureState::add_op(StreamState& stream, std::string name, std::span<
   if (options.after || !options.also_after.empty() || options.must_issue) {
     refuse(name + " cannot be captured: it is ordered by work outside the capture (a collective, "
                   "or the record of a native event); issue it outside the capture");
+  }
+  if (followed_) {
+    // Refused before anything is done to the native stream, so that the capture stays valid.
+    auto check = [&](TensorState* t, bool writing) {
+      if (Ref<Work> w = t->unsettled_besides(*work_, writing)) {
+        refuse_followed(name + " uses a tensor that " + w->describe() +
+                        (w->done() ? " failed to write" : " still " + std::string(writing ? "uses" : "writes")) +
+                        " (a graph cannot wait for eventide's work at each replay; wait for it "
+                        "before the capture begins)");
+      }
+    };
+    for (TensorState* t : reads) check(t, false);
+    for (TensorState* t : writes) check(t, true);
   }
   // In the recording's order (see the header comment); the body goes to the recorder under
   // no runtime lock (a user's callable: released, or run into a GPU's graph, there).
@@ -202,6 +300,7 @@ Ref<Work> CaptureState::add_op(StreamState& stream, std::string name, std::span<
   // Everything the node touches is the graph's to keep, its memory out of stream-ordered reuse.
   auto keep = [&](TensorState* t, std::vector<std::shared_ptr<TensorState>>& into) {
     t->storage->mark_escaped();
+    if (followed_ && &into == &graph_->writes_) t->storage->mark_in_other_graph();
     if (find_tensor(into, *t) == into.size()) into.push_back(t->shared_from_this());
   };
   for (TensorState* t : reads) {
@@ -223,6 +322,11 @@ Ref<Work> CaptureState::add_op(StreamState& stream, std::string name, std::span<
 
 Ref<Work> CaptureState::add_event(StreamState* stream, const std::shared_ptr<EventState>& event) {
   check_open();
+  if (followed_) {
+    refuse_followed(event->str() + " recorded " + (stream ? "on " + stream->name() : "on a tensor of it") +
+                    " (an event finishes at each replay of eventide's own graphs only; record "
+                    "the other code's event there, torch.cuda.Event(external=True))");
+  }
   // The recording is cut here: the event is recorded again between the stretches.
   std::lock_guard order(record_mu_);
   GraphRecorder& recorder = recorder_while_open();
@@ -246,6 +350,11 @@ Ref<Work> CaptureState::add_event(StreamState* stream, const std::shared_ptr<Eve
 
 void CaptureState::add_wait(StreamState& stream, const EventState& event, std::span<const Ref<Work>> pending) {
   check_open();
+  if (followed_) {
+    for (const Ref<Work>& w : pending) {
+      if (w != work_) refuse_followed(stream.name() + " waits for " + w->describe() + ", eventide's work still running");
+    }
+  }
   for (const Ref<Work>& w : pending) {
     if (w != work_ && w->kind() == WorkKind::host) {
       refuse(stream.name() + " waits for " + w->describe() +
@@ -411,6 +520,7 @@ void CaptureState::discard() noexcept {
 std::pair<std::shared_ptr<TensorState>, std::uint64_t> CaptureState::draw(
     std::uint64_t blocks, const std::function<GraphDraws()>& make) {
   check_open();
+  if (followed_) refuse_followed("random numbers (rand, randn: each replay of eventide's graphs draws afresh)");
   GraphDraws made;  // released after the lock, if another thread's came first
   std::unique_lock lock(mu_);
   if (phase_ != Phase::open) throw_closed_locked();
@@ -452,90 +562,6 @@ Ref<Storage> CaptureState::shared_scratch(std::size_t bytes,
     smaller = std::exchange(scratch_, std::move(made));
   }
   return scratch_;
-}
-
-// --- GraphState -----------------------------------------------------------------------------
-
-std::string GraphState::str() const {
-  return "graph " + std::to_string(id_) + " (" + std::to_string(nodes_.size()) +
-         (nodes_.size() == 1 ? " op" : " ops") + ", captured on " + captured_on_ + ")";
-}
-
-std::vector<Ref<Work>> GraphState::replay(StreamState& stream) {
-  if (stream.device() != device_) {
-    throw InvalidArgument("replay of " + str() + " on " + stream.name() +
-                          ": a graph replays on a stream of the device it was captured on (" +
-                          device_.str() + ")");
-  }
-  // Every stretch declares the graph's tensors, so that whatever the stream does not order
-  // (another stream's readers and writers, which may act as soon as a point's event finishes)
-  // is ordered by the hazards against each stretch. The first one overwrites the graph's own
-  // tensors whole (the previous replay only orders it); each later one also reads everything
-  // the graph writes, so that it fails, as an eager op would, after a stretch that failed.
-  std::vector<TensorState*> first_reads;
-  std::vector<TensorState*> later_reads;
-  std::vector<TensorState*> writes;
-  for (const auto& t : reads_) first_reads.push_back(t.get());
-  later_reads = first_reads;
-  for (const auto& t : writes_) {
-    writes.push_back(t.get());
-    if (std::find(later_reads.begin(), later_reads.end(), t.get()) == later_reads.end()) {
-      later_reads.push_back(t.get());
-    }
-  }
-  // While a profiler records, each op keeps the times of its parts, to be drawn in its bar.
-  const bool keeps_parts = observer() != nullptr;
-  LaunchOptions first;
-  first.overwrites = true;
-  first.also_after = after_;
-  first.keeps_parts = keeps_parts;
-  LaunchOptions later;
-  later.keeps_parts = keeps_parts;
-  // The graph's random numbers: this replay's, from the device's generator, written into the
-  // cell first (GraphDraws). (A replay that then fails to be issued, out of memory for the
-  // words' staging or on a stream of another thread's, has moved the generator on.)
-  Callback draw;
-  if (draws_.cell) {
-    const auto [seed, base] = Runtime::get().context(device_).reserve_random(draws_.blocks);
-    auto [write, keep] = draws_.write(stream, seed, base);
-    draw = std::move(write);
-    first.keep = std::move(keep);
-  }
-
-  std::shared_ptr<GraphState> self = shared_from_this();
-  std::lock_guard whole(replay_mu_);
-  std::vector<Ref<Work>> ops;
-  Ref<Work> a_marker;
-  std::vector<Ref<Work>> trailing;  // markers after the last stretch
-  std::size_t point = 0;
-  const std::string name = "replay of graph " + std::to_string(id_);
-  // One op per stretch, and the markers of the points before it.
-  for (std::size_t k = 0; k <= stretches_.size(); ++k) {
-    for (; point < points_.size() && points_[point].position == k; ++point) {
-      EventState& e = *points_[point].event;
-      Ref<Work> marker = stream.mark(e.timing_enabled() ? StreamState::MarkerTiming::timed
-                                                        : StreamState::MarkerTiming::untimed);
-      // Once per replay: an event the previous replay finished starts afresh here.
-      e.record(marker, device_, EventState::Round::fresh);
-      a_marker = std::move(marker);
-      if (k == stretches_.size()) trailing.push_back(a_marker);  // after the last stretch
-    }
-    if (k == stretches_.size()) break;
-    const bool is_first = ops.empty();
-    Callback run = stretches_[k]->replay_on(stream);
-    if (is_first && draw) {
-      run = [draw = std::move(draw), run = std::move(run)]() mutable {
-        draw();
-        run();
-      };
-    }
-    ops.push_back(stream.launch(name, is_first ? first_reads : later_reads, writes,
-                                [self, run = std::move(run)]() mutable { run(); }, is_first ? first : later));
-  }
-  if (ops.empty() && !a_marker) ops.push_back(stream.mark(StreamState::MarkerTiming::timed));  // an empty graph
-  // The replay is done when all it issued is: the events' points after its last op too.
-  for (Ref<Work>& m : trailing) ops.push_back(std::move(m));
-  return ops;
 }
 
 }  // namespace eventide::detail

@@ -34,6 +34,26 @@
 // are produced by it. The graph keeps every tensor it touches, with its memory kept out of
 // stream-ordered reuse (Storage::mark_escaped): a replay may use it at any time.
 //
+// Following other code's capture. An op issued on a stream whose native stream other code
+// captures (torch.cuda.graph on torch's stream, wrapped with ev.stream) is captured into that
+// code's graph: the stream follows that capture with a CaptureState of its own (follow()),
+// whose recorder runs the bodies on the native stream. That code ends the capture and
+// replays the graph, which eventide does not see, so:
+// - the graph keeps what the ops use (their tensors, workspaces, staging) until it and its
+//   instances are gone (GraphRecorder::keep_with_graph: the CaptureState itself, released on
+//   a dispatcher thread);
+// - an op may use only tensors with no unfinished or failed work of eventide's besides the
+//   capture's (a graph cannot wait for eventide's work at each replay); an event record,
+//   random numbers, a stream wait for eventide work and what an eventide capture refuses are
+//   refused, and abandon what eventide captured (that code's capture stays valid: nothing was
+//   done to its stream);
+// - the capture's end is seen late: at the stream's next op, marker or wait, at a host wait
+//   on captured work, at a poll of it (posted to the device's dispatcher) or when the graph
+//   is gone. The capture Work then finishes without error (what it stood for, the capture, is
+//   over; the replays are the other code's work, which its own events and synchronize cover),
+//   and the memory the graph writes is marked Storage::in_other_graph, so that reading it on
+//   the host waits for all work on the device first, the latest replay's included.
+//
 // Thread-safety: CaptureState's members take its own lock, a leaf but for what a stream calls
 // under its submit lock (stream lock before capture lock). What goes to the recorder (a body,
 // a cut) is ordered by the capture's recording lock, taken first and under no runtime lock,
@@ -138,7 +158,19 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   // Begins a capture on `origin`. InvalidArgument where its device cannot capture, StateError
   // if it captures already.
   static std::shared_ptr<CaptureState> begin(const std::shared_ptr<StreamState>& origin);
+  // Makes `stream` follow other code's capture of its native stream (see the header comment),
+  // which `recorder` follows. Throws what handing the capture to that graph throws.
+  static std::shared_ptr<CaptureState> follow(const std::shared_ptr<StreamState>& stream,
+                                              std::unique_ptr<GraphRecorder> recorder);
   ~CaptureState();
+
+  // Whether this capture follows other code's (follow()).
+  bool follows_other_code() const noexcept { return followed_ != nullptr; }
+  // For one that does: whether that capture is still open. From any thread, under any lock.
+  bool other_capture_open() const noexcept { return !followed_ || followed_->still_open(); }
+  // For one that does: that capture is over. The streams stop following it and the capture
+  // Work finishes (see the header comment); idempotent. Under no lock.
+  void end_followed() noexcept;
 
   Device device() const noexcept { return device_; }
   std::uint64_t id() const noexcept { return id_; }
@@ -206,7 +238,11 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   void discard() noexcept;
 
  private:
-  explicit CaptureState(const std::shared_ptr<StreamState>& origin);
+  CaptureState(const std::shared_ptr<StreamState>& origin, std::string name);
+  // Makes the capture Work and its timeline, and counts the capture as open.
+  void start(std::shared_ptr<GraphRecorder> followed);
+  // Refuses `what` in a capture that follows other code's (see the header comment).
+  [[noreturn]] void refuse_followed(const std::string& what);
   // Throws what a call on a capture that is no longer open gets: the abandonment, or that it
   // has ended. Under mu_.
   [[noreturn]] void throw_closed_locked() const;
@@ -232,6 +268,9 @@ class CaptureState : public std::enable_shared_from_this<CaptureState> {
   std::recursive_mutex record_mu_;
   std::unique_ptr<GraphRecorder> recorder_;
   void* native_ = nullptr;  // recorder_->native_stream()
+  // The recorder of a capture that follows other code's (else null): shared with the capture
+  // timeline, whose poll asks it, and kept while either lives.
+  std::shared_ptr<GraphRecorder> followed_;
 
   mutable RuntimeMutex mu_;
   // open -> abandoned (a refusal) -> ending (end() or discard() under way) -> ended.

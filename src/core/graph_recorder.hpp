@@ -13,6 +13,11 @@
 //   records its kernels into the native graph as it runs; a cut instantiates what was
 //   recorded, and a replay's op launches it.
 //
+// - Following other code's capture (CUDA: a stream that torch.cuda.graph, CuPy or
+//   cudaStreamBeginCapture captures): the bodies run on that native stream, into that code's
+//   graph, which that code ends and replays; the recorder hands what the ops use to that
+//   graph to keep (keep_with_graph), cuts nothing, and says when that capture is over.
+//
 // Threads: add() and cut() may come from several threads of the capture; a recorder orders
 // them itself. Both are called under no runtime lock, and a body may issue eventide work.
 #pragma once
@@ -47,6 +52,18 @@ class GraphRecorder {
   // Ends the stretch recorded since the last cut (`last`: the capture ends); null if it holds
   // nothing. Throws (a DeviceError) if the device cannot make it.
   virtual std::unique_ptr<GraphStretch> cut(bool last) = 0;
+
+  // --- A recorder that follows other code's capture (see the header comment). ---
+  // "CUDA graph capture 7 of cuda:0 stream 3 (wrapped), begun by other code"; empty for a
+  // recorder of eventide's own capture.
+  virtual std::string follows() const { return {}; }
+  // Whether that capture is still the one open on the native stream. From any thread, under
+  // any lock: it asks the device only.
+  virtual bool still_open() const noexcept { return true; }
+  // Hands `release` to that code's graph: called once, when the graph and every instance
+  // made of it are gone, on a thread of the device's own where nothing may call the device
+  // or block (it should only post what it owns elsewhere). Throws if the graph cannot take it.
+  virtual void keep_with_graph(Callback release) { (void)release; }
 };
 
 // The host's way: bodies kept and run again at each replay. `graph` ("graph 3, captured on cpu

@@ -2,7 +2,7 @@
 // does every op that uses it until the op has run (the launch keeps it: StreamState::launch),
 // so memory outlives both the handles and the work.
 //
-// Thread-safety: data, size, device and access never change; escaped() is atomic.
+// Thread-safety: data, size, device and access never change; the flags are atomic.
 #pragma once
 
 #include <atomic>
@@ -32,6 +32,14 @@ class Storage : public RefCounted {
   // pool in the order that pool keeps, not be reused at once.
   bool escaped() const noexcept { return escaped_.load(std::memory_order_relaxed); }
   void mark_escaped() const noexcept { escaped_.store(true, std::memory_order_relaxed); }
+  // Whether a graph that other code replays writes this memory (eventide's ops captured into
+  // torch.cuda.graph: core/capture.hpp): its values change at replays eventide does not see,
+  // so a read of them on the host first waits for all work on the device. Escaped too.
+  bool in_other_graph() const noexcept { return in_other_graph_.load(std::memory_order_relaxed); }
+  void mark_in_other_graph() const noexcept {
+    escaped_.store(true, std::memory_order_relaxed);
+    in_other_graph_.store(true, std::memory_order_relaxed);
+  }
   // The tensor over this memory is gone while ops may still use it: `last_use` and work before
   // it on its timeline, which every op still using it is on. A backend whose timelines run in
   // order may hand the memory at once to the output of the next op of that timeline
@@ -45,6 +53,7 @@ class Storage : public RefCounted {
   Device device_;
   Access access_;
   mutable std::atomic<bool> escaped_{false};
+  mutable std::atomic<bool> in_other_graph_{false};
 };
 
 }  // namespace eventide::detail

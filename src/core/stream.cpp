@@ -109,12 +109,14 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
 }
 
 Ref<Work> StreamState::mark(MarkerTiming timing) {
+  sync_native_capture(false);
   refuse_in_capture("a marker that no event is recorded on");
   return enqueue_marker(timing == MarkerTiming::timed ? WorkKind::marker : WorkKind::untimed_marker,
                         MarkerOwner::user);
 }
 
 Ref<Work> StreamState::mark_for(const std::shared_ptr<EventState>& event, MarkerTiming timing) {
+  sync_native_capture(false);
   if (in_capture()) [[unlikely]] {
     if (std::shared_ptr<CaptureState> c = capture()) return c->add_event(this, event);
   }
@@ -208,6 +210,7 @@ void StreamState::wait(EventState& event) {
                      "): it would never finish");
   }
   // A capturing stream's wait, or a wait on an event recorded in a capture, is the capture's.
+  sync_native_capture(false);
   if (in_capture() || !snap.pending.empty()) {
     if (wait_in_capture(event, snap.pending, snap.error != nullptr)) return;
   }

@@ -149,6 +149,11 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   void begin_capture(std::shared_ptr<CaptureState> capture);
   // The stream stops capturing for `capture` (if it still is); returns its last Work.
   Ref<Work> end_capture(const CaptureState& capture) noexcept;
+  // Where other code may capture the native stream (torch.cuda.graph on a wrapped stream):
+  // a followed capture that is over ends (CaptureState::end_followed), and with `join` a
+  // capture that other code has begun there is followed (CaptureState::follow), so that an
+  // op issued now goes into that code's graph. Before an op (join), a marker or a wait.
+  virtual void sync_native_capture(bool join) { (void)join; }
   // If the stream captures: abandons the capture and throws, `call` being what cannot be
   // captured ("synchronize"); with owner_only, only on the thread that began the capture.
   enum class CaptureCaller { any_thread, owner_only };

@@ -41,6 +41,17 @@ void TensorState::use_for_read(const Ref<Work>& work, Work::Deps& deps) {
   readers_.push_back(work);
 }
 
+Ref<Work> TensorState::unsettled_besides(const Work& own, bool writing) const {
+  std::lock_guard lock(mu_);
+  if (writer_ && writer_.get() != &own && (!writer_->done() || writer_->error())) return writer_;
+  if (writing) {
+    for (const Ref<Work>& r : readers_) {
+      if (r.get() != &own && !r->done()) return r;
+    }
+  }
+  return nullptr;
+}
+
 void TensorState::use_for_write(const Ref<Work>& work, Work::Deps& deps, DepKind after_writer) {
   std::lock_guard lock(mu_);
   if (writer_ && writer_ != work) deps.push_back(Dep{writer_, after_writer});

@@ -62,6 +62,11 @@ class TensorState : public std::enable_shared_from_this<TensorState> {
     return writer_;
   }
 
+  // Work other than `own` that an op captured into another library's graph would have to
+  // wait for, which that graph cannot (core/capture.hpp): the writer if it has not finished
+  // or failed, and, for a write, a reader still running. Null if there is none.
+  Ref<Work> unsettled_besides(const Work& own, bool writing) const;
+
   // --- For StreamState::launch, under the stream's submit lock. ---
   // Registers `work` as reading (writing) this tensor and appends to `deps` what it must
   // wait for. May throw std::bad_alloc; the launch then fails the work in order. A write

@@ -100,7 +100,11 @@ Target target(Device device) {
   auto& rt = detail::Runtime::get();
   rt.check_running();
   detail::DeviceContext& ctx = rt.context(device);
-  return Target{ctx, ops::kernels(ctx), rt.current_stream(device)};
+  Target t{ctx, ops::kernels(ctx), rt.current_stream(device)};
+  // Into other code's capture of the stream's native stream, if it has begun one (before the
+  // op's allocation, which such a capture's graph owns).
+  t.stream->sync_native_capture(true);
+  return t;
 }
 
 std::shared_ptr<TensorState> new_tensor(Target& t, Shape shape, DType dtype) {

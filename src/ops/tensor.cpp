@@ -2,9 +2,11 @@
 
 #include "core/nvtx.hpp"
 #include "core/runtime.hpp"
+#include "core/storage.hpp"
 #include "core/tensor_state.hpp"
 #include "eventide/errors.hpp"
 #include "eventide/event.hpp"
+#include "eventide/runtime.hpp"
 #include "eventide/stream.hpp"
 #include "eventide/tensor.hpp"
 #include "ops/kernels.hpp"
@@ -64,6 +66,9 @@ void Tensor::copy_to_host(void* out, DType as) const {
   const auto& s = checked(state_, "to_vector");
   check_element_type(as);
   wait();
+  // Memory that other code's graph writes at its replays (eventide's ops captured into
+  // torch.cuda.graph): the latest replay queued on the device comes first.
+  if (s.storage->in_other_graph()) [[unlikely]] synchronize(s.device);
   ops::kernels(detail::Runtime::get().context(s.device)).download(s, out);
 }
 

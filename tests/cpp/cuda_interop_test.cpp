@@ -1,7 +1,7 @@
 // eventide beside other CUDA code, on a real GPU: native events in both directions
 // (Event::from_native, Event::native_handle), synchronize(device) over streams eventide never
-// saw, stream priorities, and stream capture (nothing eventide does may break another
-// library's capture). Every test skips, saying why, where there is no GPU (CI);
+// saw, stream priorities, and stream capture by other code (eventide's ops go into that
+// code's graph and run at its replays; nothing eventide does may break that capture). Every test skips, saying why, where there is no GPU (CI);
 // scripts/gpu-check.sh runs them on the GPU machine.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -176,7 +176,23 @@ TEST(CudaInteropTest, StreamPrioritiesAreCudasAndWrappedStreamsKeepTheirs) {
   EXPECT_EQ(ev::Stream::from_native(kGpu, nullptr).priority(), 0);
 }
 
-TEST(CudaInteropTest, NothingIsIssuedIntoACaptureAndTheCaptureStaysValid) {
+// A graph of the user's, as another library holds it after its capture.
+struct RawGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~RawGraph() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+};
+
+// Ends the capture of `s` into `g` and instantiates it (as torch.cuda.graph's exit does).
+void end_capture(cudaStream_t s, RawGraph& g) {
+  CUDA_OK(cudaStreamEndCapture(s, &g.graph));
+  CUDA_OK(cudaGraphInstantiate(&g.exec, g.graph, 0));
+}
+
+TEST(CudaInteropTest, AMarkerOrAWaitInOtherCodesCaptureIsRefusedAndTheCaptureStaysValid) {
   REQUIRE_GPU();
   run_with_deadline([] {
     RawStream user;
@@ -187,12 +203,8 @@ TEST(CudaInteropTest, NothingIsIssuedIntoACaptureAndTheCaptureStaysValid) {
     Stamps stamps;
     CUDA_OK(cudaStreamBeginCapture(user.s, cudaStreamCaptureModeGlobal));
     kernels::spin(1000, stamps.p, user.s);  // the user's captured kernel
-    {
-      ev::StreamGuard g(wrapped);
-      EXPECT_THROW(ev::add(x, x), ev::StateError);  // refused before it touches the stream
-    }
     ev::Event e;
-    EXPECT_THROW(e.record(wrapped), ev::StateError);
+    EXPECT_THROW(e.record(wrapped), ev::StateError);  // refused before it touches the stream
     ev::UserEvent gate;
     EXPECT_THROW(wrapped.wait(gate), ev::StateError);
     gate.set();
@@ -203,18 +215,142 @@ TEST(CudaInteropTest, NothingIsIssuedIntoACaptureAndTheCaptureStaysValid) {
       ev::StreamGuard g(other);
       y = ev::add(x, x);
     }
-    cudaGraph_t graph = nullptr;
-    CUDA_OK(cudaStreamEndCapture(user.s, &graph));
-    cudaGraphExec_t exec = nullptr;
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    CUDA_OK(cudaGraphLaunch(exec, user.s));
+    RawGraph graph;
+    end_capture(user.s, graph);
+    CUDA_OK(cudaGraphLaunch(graph.exec, user.s));
     CUDA_OK(cudaStreamSynchronize(user.s));
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     EXPECT_EQ(y.to_vector<float>(), std::vector<float>(256, 2.0f));
     // After the capture the wrapped stream works again.
     e.record(wrapped);
     e.wait();
+  });
+}
+
+TEST(CudaInteropTest, OpsOnAStreamOtherCodeCapturesGoIntoItsGraphAndRunAtEachOfItsReplays) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    RawStream user;
+    ev::Stream wrapped = ev::Stream::from_native(kGpu, user.s);
+    ev::Tensor x = ev::ones({256}, ev::DType::f32, kGpu);
+    ev::Tensor acc = ev::zeros({256}, ev::DType::f32, kGpu);
+    ev::synchronize(kGpu);
+    Stamps stamps;
+    CUDA_OK(cudaStreamBeginCapture(user.s, cudaStreamCaptureModeGlobal));
+    kernels::spin(1000, stamps.p, user.s);  // the user's kernel, before eventide's
+    {
+      ev::StreamGuard g(wrapped);
+      ev::Tensor y = ev::add(x, x);  // made in the capture: the graph's memory
+      ev::add_out(acc, acc, y);      // a tensor from outside, written at each replay
+    }  // y's handle goes: the graph keeps its memory
+    // Memory let go now would be this tensor's (the cache gives blocks of a size back first).
+    ev::Tensor elsewhere;
+    ev::Stream side(kGpu);
+    {
+      ev::StreamGuard g(side);
+      elsewhere = ev::full({256}, 100.0f, ev::DType::f32, kGpu);
+    }
+    RawGraph graph;
+    end_capture(user.s, graph);
+    std::size_t nodes = 0;
+    CUDA_OK(cudaGraphGetNodes(graph.graph, nullptr, &nodes));
+    EXPECT_EQ(nodes, 3u) << "the user's kernel and eventide's two";
+    EXPECT_EQ(acc.to_vector<float>(), std::vector<float>(256, 0.0f)) << "nothing ran in the capture";
+    CUDA_OK(cudaGraphLaunch(graph.exec, user.s));
+    CUDA_OK(cudaGraphLaunch(graph.exec, user.s));
+    CUDA_OK(cudaStreamSynchronize(user.s));
+    EXPECT_EQ(acc.to_vector<float>(), std::vector<float>(256, 4.0f)) << "two replays of acc += x + x";
+    // Read without a synchronize: reading memory that graph writes waits for the device's work.
+    kernels::spin(20'000'000, stamps.p, user.s);  // 20 ms before the next replay
+    CUDA_OK(cudaGraphLaunch(graph.exec, user.s));
+    EXPECT_EQ(acc.to_vector<float>(), std::vector<float>(256, 6.0f));
+    EXPECT_EQ(elsewhere.to_vector<float>(), std::vector<float>(256, 100.0f));
+    // The stream works eagerly again, and the graph may go (what it kept is let go later).
+    {
+      ev::StreamGuard g(wrapped);
+      ev::add_out(acc, acc, x);
+    }
+    EXPECT_EQ(acc.to_vector<float>(), std::vector<float>(256, 7.0f));
+  });
+}
+
+TEST(CudaInteropTest, AFollowedCaptureEndsAtAWaitOrAPollAndItsTensorsAreThenFinished) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    RawStream user;
+    ev::Stream wrapped = ev::Stream::from_native(kGpu, user.s);
+    ev::Tensor x = ev::ones({256}, ev::DType::f32, kGpu);
+    x.wait();
+    for (const bool by_poll : {false, true}) {
+      CUDA_OK(cudaStreamBeginCapture(user.s, cudaStreamCaptureModeGlobal));
+      ev::Tensor y;
+      {
+        ev::StreamGuard g(wrapped);
+        y = ev::mul(x, x);
+      }
+      EXPECT_FALSE(y.ready()) << "captured work has not run";
+      RawGraph graph;
+      end_capture(user.s, graph);
+      CUDA_OK(cudaGraphLaunch(graph.exec, user.s));
+      if (by_poll) {
+        // Seen at a poll (the end goes to the dispatcher): a poll loop ends.
+        const auto until = std::chrono::steady_clock::now() + 20s;
+        while (!y.ready() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+        EXPECT_TRUE(y.ready());
+      } else {
+        y.wait();  // seen at the wait: the capture is over
+      }
+      EXPECT_EQ(y.to_vector<float>(), std::vector<float>(256, 1.0f));
+    }
+  });
+}
+
+TEST(CudaInteropTest, WhatAFollowedCaptureCannotTakeIsRefusedAndThatCaptureStaysValid) {
+  REQUIRE_GPU();
+  run_with_deadline([] {
+    RawStream user;
+    ev::Stream wrapped = ev::Stream::from_native(kGpu, user.s);
+    ev::Tensor x = ev::ones({256}, ev::DType::f32, kGpu);
+    x.wait();
+    // Eventide's work still running (held behind a gate) cannot be waited for by the graph.
+    ev::UserEvent gate;
+    ev::Stream held(kGpu);
+    held.wait(gate);
+    ev::Tensor busy;
+    {
+      ev::StreamGuard g(held);
+      busy = ev::add(x, x);
+    }
+    CUDA_OK(cudaStreamBeginCapture(user.s, cudaStreamCaptureModeGlobal));
+    {
+      ev::StreamGuard g(wrapped);
+      EXPECT_THROW(ev::add(busy, x), ev::StateError);
+    }
+    gate.set();
+    RawGraph first;
+    end_capture(user.s, first);  // valid: nothing was done to the stream
+    busy.wait();
+
+    CUDA_OK(cudaStreamBeginCapture(user.s, cudaStreamCaptureModeGlobal));
+    ev::Tensor y;
+    {
+      ev::StreamGuard g(wrapped);
+      y = ev::add(x, x);
+      // A host wait on captured work, random numbers, an event record: refused, and what
+      // eventide captured is abandoned (its tensors fail); that capture goes on.
+      EXPECT_THROW(y.wait(), ev::StateError);
+      EXPECT_THROW(ev::rand({4}, ev::DType::f32, kGpu), ev::StateError);
+      ev::Event e;
+      EXPECT_THROW(e.record(wrapped), ev::StateError);
+    }
+    RawGraph second;
+    end_capture(user.s, second);
+    CUDA_OK(cudaGraphLaunch(second.exec, user.s));
+    CUDA_OK(cudaStreamSynchronize(user.s));
+    EXPECT_THROW(y.wait(), ev::StateError);
+    {
+      ev::StreamGuard g(wrapped);
+      EXPECT_EQ(ev::add(x, x).to_vector<float>(), std::vector<float>(256, 2.0f));
+    }
   });
 }
 

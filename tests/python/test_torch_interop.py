@@ -3,7 +3,8 @@
 Each case of the issue on PyTorch programs: torch's events wherever an event is taken (a host
 wait blocks until the GPU passed them: torch's Event.wait() is a stream wait and is never
 called), synchronize(device) over torch's streams, torch's keywords, priorities, stream
-capture (nothing eventide does breaks torch.cuda.graph), and no drain at the first eventide
+capture (eventide's ops on torch's capturing stream go into torch's graph, and nothing
+eventide does breaks torch.cuda.graph), and no drain at the first eventide
 op. Skipped, with the reason, where there is no GPU or no PyTorch (CI);
 scripts/gpu-check.sh runs them on the GPU machine. test_foreign_events.py runs stand-ins of
 the same classes on the CPU.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import os
 import subprocess
 import sys
@@ -254,15 +256,69 @@ def test_eventide_work_beside_a_torch_graph_capture_keeps_it_valid():
         e = ev.Event()
         with pytest.raises(ev.EventStateError, match="captured"):
             e.record(torch.cuda.current_stream())  # torch's capturing stream: refused untouched
-        with pytest.raises(ev.EventStateError, match="captured"):
-            with ev.stream(torch.cuda.current_stream()):
-                ev.ones(4, device=GPU)
         x.add_(1)
     assert z.numpy().tolist() == [2.0] * 256
     g.replay()
     g.replay()
     torch.cuda.synchronize()
     assert x.tolist() == [4.0] * 256  # two replays of two captured adds
+
+
+@needs_torch
+def test_eventide_ops_on_torchs_capturing_stream_run_at_each_replay_of_torchs_graph():
+    # torch.cuda.graph's pattern: a static input refreshed on the replay's stream, replays,
+    # a static output read after them. eventide's ops issued on torch's capturing stream go
+    # into torch's graph.
+    static_in = ev.full(256, 1.0, device=GPU)
+    acc = ev.zeros(256, device=GPU)
+    t = torch.zeros(256, device="cuda")
+    ev.synchronize(GPU)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        t.add_(1)
+        with ev.stream(torch.cuda.current_stream()):
+            doubled = static_in + static_in  # made in the capture: memory of torch's graph
+            ev.add(acc, doubled, out=acc)
+        del doubled  # torch's graph keeps that memory
+        t.add_(1)
+    assert acc.numpy().tolist() == [0.0] * 256  # nothing ran in the capture
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    assert acc.numpy().tolist() == [6.0] * 256
+    assert t.tolist() == [6.0] * 256
+    with ev.stream(torch.cuda.current_stream()):  # in the replays' order, as torch's copy_
+        static_in.copy_(ev.full(256, 2.0, device=GPU))
+    g.replay()
+    # Read with no torch.cuda.synchronize(): memory torch's graph writes is read after the
+    # device's work, the replay's included.
+    assert acc.numpy().tolist() == [10.0] * 256
+    del g
+    gc.collect()
+    with ev.stream(torch.cuda.current_stream()):  # the stream works eagerly again
+        assert (acc + acc).numpy().tolist() == [20.0] * 256
+
+
+@needs_torch
+def test_in_torchs_capture_what_cannot_be_put_in_its_graph_is_refused_and_its_capture_replays():
+    x = ev.ones(256, device=GPU)
+    t = torch.zeros(256, device="cuda")
+    ev.synchronize(GPU)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        t.add_(1)
+        with ev.stream(torch.cuda.current_stream()):
+            y = x + x
+            with pytest.raises(ev.EventStateError, match="other code"):
+                ev.rand(4, device=GPU)  # each replay of torch's graph would draw the same numbers
+            with pytest.raises(ev.EventStateError, match="other code"):
+                y.wait()  # captured work has not run
+        t.add_(1)
+    g.replay()
+    torch.cuda.synchronize()
+    assert t.tolist() == [2.0] * 256
+    with pytest.raises(ev.EventStateError):
+        y.wait()  # abandoned by the refusal: it says so
 
 
 # --- 5. No drain at the first eventide op -----------------------------------------------------

@@ -83,11 +83,13 @@ bool capturing(cudaStream_t stream) noexcept {
 
 void refuse_if_capturing(cudaStream_t stream, const std::string& what) {
   if (!capturing(stream)) return;
-  throw StateError(what + " is being captured into a CUDA graph (torch.cuda.graph, CuPy's "
-                   "Stream.begin_capture, cudaStreamBeginCapture): eventide puts nothing into a "
-                   "capture (an op, a marker, a stream wait, a record, a wrap), so that the capture "
-                   "stays valid; issue it before or after the capture, or on a stream that is not "
-                   "being captured");
+  throw StateError(what + " is being captured into a CUDA graph by other code (torch.cuda.graph, "
+                   "CuPy's Stream.begin_capture, cudaStreamBeginCapture): eventide's ops issued "
+                   "there go into that graph, but a marker, an event record, a stream wait or a "
+                   "replay cannot (its event would finish once, not at each of that code's "
+                   "replays), and an invalidated capture takes nothing; issue it before or after "
+                   "the capture, or record that library's own event there "
+                   "(torch.cuda.Event(external=True))");
 }
 
 DeviceScope::DeviceScope(int index, std::nothrow_t) noexcept {

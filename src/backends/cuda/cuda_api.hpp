@@ -56,8 +56,9 @@ bool check_nothrow(cudaError_t status, const char* call, const char* what) noexc
 // Stream capture (CUDA graphs: torch.cuda.graph, CuPy's, cudaStreamBeginCapture). Whether
 // `stream` is being captured, or its capture was invalidated, or it is the legacy default
 // stream while a blocking stream of the device captures (using it would join that capture).
-// Anything eventide issues on such a stream is refused before it touches the stream, so that
-// the capture stays valid (cudaStreamQuery or a host wait there would invalidate it).
+// What eventide issues on such a stream is refused before it touches the stream, so that the
+// capture stays valid (cudaStreamQuery or a host wait there would invalidate it), but for the
+// ops of a stream that follows the capture (core/capture.hpp), which go into that graph.
 bool capturing(cudaStream_t stream) noexcept;
 // StateError naming `what` (a stream's description) if `stream` is capturing().
 void refuse_if_capturing(cudaStream_t stream, const std::string& what);

@@ -98,9 +98,9 @@ class CudaBackend final : public detail::DeviceBackend {
     // wrapper's native handle is never null (null means "no native stream" to the core).
     if (handle == nullptr) handle = cudaStreamLegacy;
     DeviceScope scope(device_);
-    // A stream being captured answers no other query (and a refused one would invalidate the
-    // capture): refused first, by name.
-    refuse_if_capturing(handle, "Stream::from_native on " + device_.str() + ": the native stream");
+    // (A stream being captured by other code is wrapped too: the calls below ask for its
+    // attributes only, which a capture allows, and eventide's ops on it then go into that
+    // capture: core/capture.hpp.)
     // The special handles name a stream of the current device: any device's, once it is made
     // current (which eventide does before every launch). Any other belongs to one device.
     const char* what = special_stream(handle);
@@ -143,9 +143,11 @@ class CudaBackend final : public detail::DeviceBackend {
   Ref<Storage> allocate(std::size_t bytes, StreamState& stream) override {
     if (auto e = state_.broken()) std::rethrow_exception(e);
     // Before the allocation: a stream-ordered allocation on a capturing stream would be the
-    // graph's memory (valid only while it runs), and the op is refused anyway.
-    as_cuda_stream(stream).check_not_capturing();
-    return allocate_device(device_, bytes, as_cuda_stream(stream).handle());
+    // graph's memory (valid only while it runs), and the op is refused anyway, unless the
+    // stream follows that capture (CudaStream::allocate: then memory usable at once).
+    CudaStream& cs = as_cuda_stream(stream);
+    cs.check_not_capturing();
+    return cs.allocate(bytes);
   }
 
   Ref<Storage> allocate_host(std::size_t bytes) override { return allocate_pinned(bytes); }

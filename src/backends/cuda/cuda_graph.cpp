@@ -1,6 +1,7 @@
 // Graph capture on a GPU: see backends/cuda/cuda_graph.hpp.
 #include "backends/cuda/cuda_graph.hpp"
 
+#include <memory>
 #include <utility>
 
 #include "backends/cuda/cuda_api.hpp"
@@ -115,7 +116,83 @@ class CudaGraphRecorder final : public detail::GraphRecorder {
   bool capturing_ = false;
 };
 
+// Follows other code's capture of a native stream (see the header comment).
+class FollowingCudaRecorder final : public detail::GraphRecorder {
+ public:
+  FollowingCudaRecorder(Device device, cudaStream_t stream, unsigned long long id, cudaGraph_t graph,
+                        std::string what)
+      : device_(device), stream_(stream), id_(id), graph_(graph), what_(std::move(what)) {}
+
+  void* native_stream() const noexcept override { return stream_; }
+  std::string follows() const override { return what_; }
+
+  void add(const std::string& name, Callback body) override {
+    (void)name;  // (a body's own errors name its op)
+    if (!body) return;
+    DeviceScope scope(device_);  // relaxed capture mode on this thread, as eventide's calls are
+    body();  // into that code's graph: the stream is the one it captures
+  }
+
+  std::unique_ptr<GraphStretch> cut(bool last) override {
+    if (last) return nullptr;  // that code ends its capture
+    throw StateError("the " + what_ + " cannot be cut by eventide");  // (refused before: CaptureState)
+  }
+
+  bool still_open() const noexcept override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    if (cudaStreamGetCaptureInfo(stream_, &status, &id) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return status == cudaStreamCaptureStatusActive && id == id_;
+  }
+
+  void keep_with_graph(Callback release) override {
+    auto owned = std::make_unique<Callback>(std::move(release));
+    DeviceScope scope(device_);
+    cudaUserObject_t object = nullptr;
+    check(cudaUserObjectCreate(&object, owned.get(), &FollowingCudaRecorder::released, 1,
+                               cudaUserObjectNoDestructorSync),
+          "cudaUserObjectCreate", [&] { return "(what eventide's ops use, kept by the " + what_ + ")"; });
+    owned.release();  // the object's now: released() deletes it
+    const cudaError_t kept = cudaGraphRetainUserObject(graph_, object, 1, cudaGraphUserObjectMove);
+    if (kept != cudaSuccess) {
+      (void)cudaUserObjectRelease(object, 1);  // released() runs: what it holds is let go
+      check(kept, "cudaGraphRetainUserObject", [&] { return "(the " + what_ + ")"; });
+    }
+  }
+
+ private:
+  // CUDA's destructor of the user object: on a thread of CUDA's, where no CUDA call is made.
+  static void CUDART_CB released(void* p) {
+    auto* release = static_cast<Callback*>(p);
+    (*release)();
+    delete release;
+  }
+
+  const Device device_;
+  const cudaStream_t stream_;
+  const unsigned long long id_;
+  const cudaGraph_t graph_;  // the graph being captured (that code's; valid while it captures)
+  const std::string what_;
+};
+
 }  // namespace
+
+std::unique_ptr<detail::GraphRecorder> follow_cuda_capture(Device device, cudaStream_t stream,
+                                                           const std::string& stream_name) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamGetCaptureInfo(stream, &status, &id, &graph) != cudaSuccess) {
+    (void)cudaGetLastError();  // (the legacy stream beside a capture: refused by the submit)
+    return nullptr;
+  }
+  if (status != cudaStreamCaptureStatusActive || !graph) return nullptr;
+  return std::make_unique<FollowingCudaRecorder>(device, stream, id, graph,
+                                                 "CUDA graph capture " + std::to_string(id) + " of " + stream_name);
+}
 
 std::unique_ptr<detail::GraphRecorder> record_cuda_graph(Device device, std::string graph) {
   return std::make_unique<CudaGraphRecorder>(device, std::move(graph));

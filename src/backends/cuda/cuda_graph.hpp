@@ -16,6 +16,14 @@
 // one cudaGraphLaunch on the replay's stream, timed and watched like any op. The executable
 // graph is destroyed with the stretch; the native stream with the recorder, at the end of
 // the capture.
+//
+// Following other code's capture (core/capture.hpp): where other code captures a stream that
+// eventide wraps (torch.cuda.graph, CuPy's begin_capture, cudaStreamBeginCapture), the
+// recorder runs the bodies on that native stream itself, into that code's graph. It keeps
+// what the ops use with that graph as a CUDA user object (cudaUserObjectCreate, retained by
+// the capturing graph from cudaStreamGetCaptureInfo: CUDA releases it once the graph and every
+// executable graph made of it are gone, on a thread of its own), and says the capture is over
+// once the stream no longer captures under that capture's id.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,5 +39,10 @@ namespace eventide::backends::cuda {
 // A recorder for a new capture on `device` (current or not). DeviceError if the stream
 // cannot be made or the capture begun.
 std::unique_ptr<detail::GraphRecorder> record_cuda_graph(Device device, std::string graph);
+// A recorder that follows the capture other code has begun on `stream` (a stream of
+// `device`, named `stream_name`), or null if the stream is not being captured (or its capture
+// was invalidated).
+std::unique_ptr<detail::GraphRecorder> follow_cuda_capture(Device device, cudaStream_t stream,
+                                                           const std::string& stream_name);
 
 }  // namespace eventide::backends::cuda

@@ -290,6 +290,37 @@ Ref<Storage> allocate_device(Device device, std::size_t bytes, cudaStream_t stre
   }
 }
 
+namespace {
+
+// The allocator's own stream on each device, made at first use and kept for the process (no
+// work but allocations is queued there).
+cudaStream_t settling_stream(Device device) {
+  static std::mutex mu;
+  static auto* streams = new std::vector<cudaStream_t>();  // never destroyed: used until exit
+  std::lock_guard lock(mu);
+  const auto index = static_cast<std::size_t>(device.index());
+  if (streams->size() <= index) streams->resize(index + 1, nullptr);
+  cudaStream_t& s = (*streams)[index];
+  if (!s) {
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
+          [&] { return "(the allocator's stream on " + device.str() + ")"; });
+  }
+  return s;
+}
+
+}  // namespace
+
+Ref<Storage> allocate_device_settled(Device device, std::size_t bytes) {
+  DeviceScope scope(device);
+  cudaStream_t own = settling_stream(device);
+  Ref<Storage> storage = allocate_device(device, bytes, own);
+  // A new block may be ordered after frees on other streams, in `own`'s order (a cached one
+  // is idle already; the wait is then for an idle stream).
+  check(cudaStreamSynchronize(own), "cudaStreamSynchronize",
+        [&] { return "(the allocator's stream on " + device.str() + ")"; });
+  return storage;
+}
+
 Ref<Storage> allocate_pinned(std::size_t bytes) {
   std::size_t capacity = 0;
   void* p = pinned_pool().take(bytes, capacity);

@@ -29,6 +29,10 @@ using detail::Storage;
 
 // `bytes` of device memory on `device`, allocated in the order of `stream`.
 Ref<Storage> allocate_device(Device device, std::size_t bytes, cudaStream_t stream);
+// `bytes` of device memory on `device` that any stream may use at once: an idle block, or
+// one allocated on a stream of the allocator's own and waited for there (memory for a graph
+// that other code captures and replays: core/capture.hpp).
+Ref<Storage> allocate_device_settled(Device device, std::size_t bytes);
 
 // `bytes` of pinned, mapped host memory, as a CPU tensor's storage (device cpu).
 Ref<Storage> allocate_pinned(std::size_t bytes);

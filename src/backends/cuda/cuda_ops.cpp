@@ -133,9 +133,7 @@ class CudaKernels final : public ops::Kernels {
     Ref<Storage> ws;
     if (s.in_capture()) [[unlikely]] {
       if (auto c = s.capture()) {
-        const Device device = device_.device();
-        cudaStream_t on = cs.handle();
-        ws = c->shared_scratch(kMatmulWorkspace, [&](std::size_t bytes) { return allocate_device(device, bytes, on); });
+        ws = c->shared_scratch(kMatmulWorkspace, [&](std::size_t bytes) { return cs.allocate(bytes); });
       }
     }
     if (!ws) ws = cs.workspace(kMatmulWorkspace);

@@ -4,9 +4,12 @@
 #include <utility>
 
 #include "backends/cuda/cuda_api.hpp"
+#include "backends/cuda/cuda_graph.hpp"
+#include "backends/cuda/cuda_memory.hpp"
 #include "backends/cuda/cuda_progress.hpp"
 #include "backends/cuda/cuda_timing.hpp"
 #include "backends/cuda/cuda_timing_modes.hpp"
+#include "core/capture.hpp"
 #include "eventide/errors.hpp"
 
 namespace eventide::backends::cuda {
@@ -97,7 +100,32 @@ void CudaStream::check_submit() const {
 }
 
 void CudaStream::check_not_capturing() const {
-  if (may_capture_.load(std::memory_order_relaxed)) refuse_if_capturing(native_.get(), name());
+  if (may_capture_.load(std::memory_order_relaxed) && !follows_native_capture()) {
+    refuse_if_capturing(native_.get(), name());
+  }
+}
+
+void CudaStream::sync_native_capture(bool join) {
+  if (!may_capture_.load(std::memory_order_relaxed)) [[likely]] return;
+  if (in_capture()) {
+    std::shared_ptr<detail::CaptureState> c = capture();
+    if (c && !c->follows_other_code()) return;  // eventide's own capture, on a stream of its own
+    if (c) {
+      if (c->other_capture_open()) return;
+      c->end_followed();  // under no lock: the capture Work's listeners run
+    }
+  }
+  if (!join) return;
+  std::lock_guard lock(follow_mu_);
+  if (in_capture()) return;  // another thread's op followed it meanwhile
+  if (std::unique_ptr<detail::GraphRecorder> recorder = follow_cuda_capture(device(), native_.get(), name())) {
+    detail::CaptureState::follow(shared_from_this(), std::move(recorder));
+  }
+}
+
+Ref<Storage> CudaStream::allocate(std::size_t bytes) {
+  if (follows_native_capture()) [[unlikely]] return allocate_device_settled(device(), bytes);
+  return allocate_device(device(), bytes, native_.get());
 }
 
 bool CudaStream::native_idle() const noexcept {

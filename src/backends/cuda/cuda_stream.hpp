@@ -96,9 +96,18 @@ class CudaStream : public detail::DeviceStream {
   }
   bool launches_from_any_thread() const noexcept override { return !per_thread_; }
 
-  // StateError if the native stream is being captured into a CUDA graph (and others may use
-  // it): nothing of eventide's goes into a capture.
+  // StateError if the native stream is being captured into a CUDA graph by other code, unless
+  // the stream follows that capture (core/capture.hpp): nothing else of eventide's goes there.
   void check_not_capturing() const;
+  // Whether the stream follows other code's capture of its native stream.
+  bool follows_native_capture() const noexcept {
+    void* captured = capture_native();
+    return captured && captured == static_cast<void*>(native_.get());
+  }
+  void sync_native_capture(bool join) override;
+  // Device memory for an op on this stream: in the stream's order, but, while it follows
+  // other code's capture, usable at once by any stream (the graph's, used at its replays).
+  detail::Ref<Storage> allocate(std::size_t bytes);
   // cudaStreamQuery: a sticky error shows here first. cudaSuccess for a stream being captured
   // (a query would invalidate the capture).
   cudaError_t query_native() const noexcept {
@@ -155,6 +164,8 @@ class CudaStream : public detail::DeviceStream {
   // one always, an owned one once its handle was handed out. Only then does a submit ask CUDA
   // whether the stream is being captured (cudaStreamIsCapturing: ~0.1 µs on the H200).
   std::atomic<bool> may_capture_;
+  // Orders sync_native_capture's follow between threads issuing on the stream.
+  std::mutex follow_mu_;
   // The per-thread default stream is a different stream on each thread: a wrapper of it is
   // the one of the thread that made it, and only that thread may enqueue on it.
   const bool per_thread_;
