@@ -247,7 +247,8 @@ def graph_rows(device, quick):
     """Issue 29's graphs from Python, beside torch.cuda.CUDAGraph in the same process: a chain
     of 100 tiny in-place adds (256 floats) replayed and waited for, per op; 50 bf16 matmuls
     n = 1024 replayed (10 replays, then drained), TFLOP/s; and the round trip of a graph of
-    one tiny op (replay + wait / replay + synchronize). Medians over batches (best trial for
+    one tiny op (replay + wait / replay + synchronize); and the chain of eventide's adds issued
+    on torch's capturing stream, in torch's own graph, replayed by torch. Medians over batches (best trial for
     the throughput). Rows: (name, ours, torch's, unit, goal factor, lower_is_better)."""
     torch, _ = _torch()
     if torch is None:
@@ -292,12 +293,22 @@ def graph_rows(device, quick):
     with torch.cuda.graph(tmms, stream=ts):
         for _ in range(50):
             torch.matmul(ta, ta, out=tc)
+    # eventide's ops issued on torch's capturing stream: in torch's own graph, replayed by torch.
+    fx = ev.zeros(256, device=device)
+    ev.synchronize(device)
+    tfollowed = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(tfollowed, stream=ts):
+        with ev.stream(torch.cuda.current_stream()):
+            for _ in range(100):
+                ev.add(fx, one, out=fx)
     tchain.replay()
     tmms.replay()
+    tfollowed.replay()
     torch.cuda.synchronize()
 
     ours_chain = median(lambda: chain.replay(stream=s).wait(), 100)
     theirs_chain = median(lambda: (tchain.replay(), torch.cuda.synchronize()), 100)
+    in_torch = median(lambda: (tfollowed.replay(), torch.cuda.synchronize()), 100)
     ours_rt = median(lambda: single.replay(stream=s).wait())
     theirs_rt = median(lambda: (tsingle.replay(), torch.cuda.synchronize()))
 
@@ -314,6 +325,8 @@ def graph_rows(device, quick):
     ours_mm = throughput(lambda: mms.replay(stream=s), lambda e: e.wait())
     theirs_mm = throughput(lambda: tmms.replay(), lambda e: torch.cuda.synchronize())
     return [("replay + wait of a captured chain of 100 tiny adds, per op", ours_chain, theirs_chain, "µs", 1.0, True),
+            ("the same 100 eventide adds captured into torch.cuda.graph, torch's replay + synchronize, per op",
+             in_torch, theirs_chain, "µs", 1.0, True),
             ("replay of 50 bf16 matmuls n = 1024, throughput", ours_mm, theirs_mm, "TFLOP/s", 1.0, False),
             ("replay + wait of a graph of one tiny op, round trip", ours_rt, theirs_rt, "µs", 1.0, True)]
 

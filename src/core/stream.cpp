@@ -7,6 +7,7 @@
 #include "core/backend.hpp"
 #include "core/capture.hpp"
 #include "core/event_state.hpp"
+#include "core/graph_recorder.hpp"
 #include "core/nvtx.hpp"
 #include "core/observer.hpp"
 #include "core/runtime.hpp"
@@ -148,6 +149,24 @@ Ref<Work> StreamState::end_capture(const CaptureState& capture) noexcept {
   capturing_.store(false, std::memory_order_release);
   capture_native_.store(nullptr, std::memory_order_release);
   return last_;
+}
+
+void StreamState::sync_native_capture(bool join) {
+  if (!may_be_captured()) [[likely]] return;
+  if (in_capture()) {
+    std::shared_ptr<CaptureState> c = capture();
+    if (c && !c->follows_other_code()) return;  // eventide's own capture, on a stream of its own
+    if (c) {
+      if (c->other_capture_open()) return;
+      c->end_followed();  // under no lock: the capture Work's listeners run
+    }
+  }
+  if (!join) return;
+  std::lock_guard lock(follow_mu_);
+  if (in_capture()) return;  // another thread's op followed it meanwhile
+  if (std::unique_ptr<GraphRecorder> recorder = follow_native_capture()) {
+    CaptureState::follow(shared_from_this(), std::move(recorder));
+  }
 }
 
 void StreamState::refuse_in_capture(const std::string& call, CaptureCaller who) const {

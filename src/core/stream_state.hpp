@@ -31,6 +31,7 @@
 #include <string>
 #include <utility>
 
+#include "core/graph_recorder.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/parker.hpp"
 #include "core/ref.hpp"
@@ -153,7 +154,7 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // a followed capture that is over ends (CaptureState::end_followed), and with `join` a
   // capture that other code has begun there is followed (CaptureState::follow), so that an
   // op issued now goes into that code's graph. Before an op (join), a marker or a wait.
-  virtual void sync_native_capture(bool join) { (void)join; }
+  void sync_native_capture(bool join);
   // If the stream captures: abandons the capture and throws, `call` being what cannot be
   // captured ("synchronize"); with owner_only, only on the thread that began the capture.
   enum class CaptureCaller { any_thread, owner_only };
@@ -169,6 +170,12 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // Whether the native stream has no work of its own left (other code's included); streams
   // without one have nothing but eventide's work.
   virtual bool native_idle() const noexcept { return true; }
+  // Whether other code may capture the native stream: only then does sync_native_capture ask
+  // follow_native_capture, and only a stream that may be captured is followed.
+  virtual bool may_be_captured() const noexcept { return false; }
+  // A recorder that follows the capture other code has begun on the native stream, if it has
+  // (core/graph_recorder.hpp), else null.
+  virtual std::unique_ptr<GraphRecorder> follow_native_capture() { return nullptr; }
   // Throws (InvalidArgument) if work may not be enqueued on this stream from the calling
   // thread; called before anything is enqueued.
   virtual void check_submit() const {}
@@ -202,6 +209,7 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   std::shared_ptr<CaptureState> capture_;  // under submit_mu_
   std::atomic<bool> capturing_{false};
   std::atomic<void*> capture_native_{nullptr};
+  std::mutex follow_mu_;  // orders sync_native_capture's follow between threads
 };
 
 // "cpu stream 3".

@@ -18,6 +18,7 @@
 
 #include "core/backend.hpp"
 #include "core/device_stream.hpp"
+#include "core/graph_recorder.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
@@ -170,6 +171,45 @@ FakeTimeline::FakeTimeline(std::string name, FakeDevice& device)
 
 void FakeTimeline::await_timing(Work& work) { device_.await_timing(work); }
 
+}  // namespace
+
+// Other code's capture of a fake stream's native queue (begin_native_capture).
+struct NativeCapture {
+  std::atomic<bool> open{true};
+  std::mutex mu;
+  std::vector<detail::Callback> bodies;  // what it took, in order
+  detail::Callback release;              // the graph's keep: called when the graph goes
+};
+
+namespace {
+
+// Follows other code's capture of a fake stream: bodies are taken into it (core/graph_recorder.hpp).
+class FakeFollowingRecorder final : public detail::GraphRecorder {
+ public:
+  FakeFollowingRecorder(std::shared_ptr<NativeCapture> capture, std::string stream)
+      : capture_(std::move(capture)), stream_(std::move(stream)) {}
+  void* native_stream() const noexcept override { return capture_.get(); }
+  void add(const std::string&, detail::Callback body) override {
+    if (!body) return;
+    std::lock_guard lock(capture_->mu);
+    capture_->bodies.push_back(std::move(body));
+  }
+  std::unique_ptr<detail::GraphStretch> cut(bool last) override {
+    if (last) return nullptr;
+    throw ev::StateError("the native capture of " + stream_ + " cannot be cut by eventide");
+  }
+  std::string follows() const override { return "native capture of " + stream_; }
+  bool still_open() const noexcept override { return capture_->open.load(std::memory_order_acquire); }
+  void keep_with_graph(detail::Callback release) override {
+    std::lock_guard lock(capture_->mu);
+    capture_->release = std::move(release);
+  }
+
+ private:
+  std::shared_ptr<NativeCapture> capture_;
+  std::string stream_;
+};
+
 // A fake stream on the core's device-stream engine (core/device_stream.hpp), as a GPU's is:
 // the engine holds, launches, retires and abandons; what it launches goes into this stream's
 // native queue, which run() executes as the device would: a wait for another stream's work
@@ -233,6 +273,20 @@ class FakeStream final : public detail::DeviceStream {
   // How many publications the device has written.
   std::size_t writes() const noexcept { return writes_.load(std::memory_order_relaxed); }
 
+  // Other code's capture of the native queue.
+  void begin_native_capture() {
+    std::lock_guard lock(capture_mu_);
+    if (native_capture_) throw ev::StateError(name() + " is being captured natively already");
+    native_capture_ = std::make_shared<NativeCapture>();
+    may_be_captured_.store(true, std::memory_order_release);
+  }
+  std::shared_ptr<NativeCapture> end_native_capture() {
+    std::lock_guard lock(capture_mu_);
+    if (!native_capture_) throw ev::StateError(name() + " is not being captured natively");
+    native_capture_->open.store(false, std::memory_order_release);
+    return std::exchange(native_capture_, nullptr);
+  }
+
   // The watcher's turn for this stream: held work released, finished work retired, the
   // listeners of passed fences fired.
   void turn() noexcept {
@@ -249,6 +303,19 @@ class FakeStream final : public detail::DeviceStream {
     push({Command::wait, Ref<Work>(const_cast<Work*>(&producer))});
   }
   void launch_body(Work& work) override { push({Command::body, Ref<Work>(&work)}); }
+  bool may_be_captured() const noexcept override { return may_be_captured_.load(std::memory_order_acquire); }
+  std::unique_ptr<detail::GraphRecorder> follow_native_capture() override {
+    std::shared_ptr<NativeCapture> open = open_capture();
+    return open ? std::make_unique<FakeFollowingRecorder>(std::move(open), name()) : nullptr;
+  }
+  // As a GPU stream's: nothing but the ops of a stream that follows the capture goes there.
+  void check_submit() const override {
+    std::shared_ptr<NativeCapture> open = open_capture();
+    if (open && capture_native() != open.get()) {
+      throw ev::StateError(name() + " is being captured by other code (a native capture): eventide "
+                           "puts only its ops into that capture");
+    }
+  }
   void launch_marker(Work&) override {}  // its time is taken when the device reaches it
   void end_work(Work& work) override { push({Command::end, Ref<Work>(&work)}); }
   bool can_publish_later() const noexcept override { return true; }
@@ -298,8 +365,16 @@ class FakeStream final : public detail::DeviceStream {
     }
   }
 
+  std::shared_ptr<NativeCapture> open_capture() const {
+    std::lock_guard lock(capture_mu_);
+    return native_capture_;
+  }
+
   FakeDevice& owner_;
   const int priority_;
+  mutable std::mutex capture_mu_;  // a leaf: guards native_capture_
+  std::shared_ptr<NativeCapture> native_capture_;
+  std::atomic<bool> may_be_captured_{false};
   std::mutex run_mu_;
   detail::RuntimeMutex mu_;  // the native queue
   std::deque<Command> queue_;
@@ -466,6 +541,26 @@ std::size_t run(const ev::Stream& stream, std::size_t max, Progress progress) {
   return fake(stream).run(max, progress);
 }
 void notify(const ev::Stream& stream) { fake(stream).turn(); }
+void begin_native_capture(const ev::Stream& stream) { fake(stream).begin_native_capture(); }
+NativeGraph end_native_capture(const ev::Stream& stream) { return NativeGraph(fake(stream).end_native_capture()); }
+
+NativeGraph::~NativeGraph() {
+  if (!capture_) return;
+  detail::Callback release;
+  {
+    std::lock_guard lock(capture_->mu);
+    release = std::move(capture_->release);
+  }
+  if (release) release();
+}
+std::size_t NativeGraph::nodes() const {
+  std::lock_guard lock(capture_->mu);
+  return capture_->bodies.size();
+}
+void NativeGraph::replay() const {
+  std::lock_guard lock(capture_->mu);
+  for (detail::Callback& body : capture_->bodies) body();
+}
 std::size_t writes(const ev::Stream& stream) { return fake(stream).writes(); }
 void look(const ev::Stream& stream) { fake(stream).look(); }
 std::size_t held(const ev::Stream& stream) { return fake(stream).held_count(); }

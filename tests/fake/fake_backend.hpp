@@ -21,6 +21,10 @@
 //     the device waits for the other stream.
 //   - Times arrive late: run() leaves a finished op's or marker's time unknown until
 //     deliver_timings(); Timeline::await_timing (what time_elapsed waits on) blocks until then.
+//   - Other code may capture a stream's native queue (begin_native_capture), as
+//     torch.cuda.graph captures a GPU stream: eventide's ops issued there follow that capture
+//     (core/capture.hpp), their bodies taken into it, not run; the NativeGraph it ends in
+//     replays them as that code would, and lets go what it kept when it goes, as CUDA does.
 //   - A device failure is sticky and found late: fail_device() fails everything in flight and
 //     held (their fences pass, failed), later work fails at once, and device_error() (what
 //     synchronize raises) reports it.
@@ -34,6 +38,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <eventide/eventide.hpp>
@@ -69,5 +74,30 @@ void set_clock(eventide::Device device, std::int64_t now_ns, std::int64_t step_n
 // A sticky device error: every work in flight or held fails with a DeviceError carrying
 // `message`, and so does every later one.
 void fail_device(eventide::Device device, const std::string& message);
+
+
+// Other code's capture of `stream`'s native queue (see the header comment). StateError if
+// one is open there already.
+void begin_native_capture(const eventide::Stream& stream);
+
+struct NativeCapture;
+// What other code's capture made: the bodies it took, in order.
+class NativeGraph {
+ public:
+  explicit NativeGraph(std::shared_ptr<NativeCapture> capture) noexcept : capture_(std::move(capture)) {}
+  NativeGraph(NativeGraph&&) noexcept = default;
+  NativeGraph& operator=(NativeGraph&&) noexcept = default;
+  // Lets go what the graph kept (eventide's CaptureState, released on the dispatcher).
+  ~NativeGraph();
+  std::size_t nodes() const;
+  // Runs the bodies on this thread, in order, as that code's replay would on the device.
+  void replay() const;
+
+ private:
+  std::shared_ptr<NativeCapture> capture_;
+};
+
+// Ends the capture begun on `stream`. StateError if none is open.
+NativeGraph end_native_capture(const eventide::Stream& stream);
 
 }  // namespace eventide_fake

@@ -9,7 +9,6 @@
 #include "backends/cuda/cuda_progress.hpp"
 #include "backends/cuda/cuda_timing.hpp"
 #include "backends/cuda/cuda_timing_modes.hpp"
-#include "core/capture.hpp"
 #include "eventide/errors.hpp"
 
 namespace eventide::backends::cuda {
@@ -105,22 +104,8 @@ void CudaStream::check_not_capturing() const {
   }
 }
 
-void CudaStream::sync_native_capture(bool join) {
-  if (!may_capture_.load(std::memory_order_relaxed)) [[likely]] return;
-  if (in_capture()) {
-    std::shared_ptr<detail::CaptureState> c = capture();
-    if (c && !c->follows_other_code()) return;  // eventide's own capture, on a stream of its own
-    if (c) {
-      if (c->other_capture_open()) return;
-      c->end_followed();  // under no lock: the capture Work's listeners run
-    }
-  }
-  if (!join) return;
-  std::lock_guard lock(follow_mu_);
-  if (in_capture()) return;  // another thread's op followed it meanwhile
-  if (std::unique_ptr<detail::GraphRecorder> recorder = follow_cuda_capture(device(), native_.get(), name())) {
-    detail::CaptureState::follow(shared_from_this(), std::move(recorder));
-  }
+std::unique_ptr<detail::GraphRecorder> CudaStream::follow_native_capture() {
+  return follow_cuda_capture(device(), native_.get(), name());
 }
 
 Ref<Storage> CudaStream::allocate(std::size_t bytes) {

@@ -104,7 +104,6 @@ class CudaStream : public detail::DeviceStream {
     void* captured = capture_native();
     return captured && captured == static_cast<void*>(native_.get());
   }
-  void sync_native_capture(bool join) override;
   // Device memory for an op on this stream: in the stream's order, but, while it follows
   // other code's capture, usable at once by any stream (the graph's, used at its replays).
   detail::Ref<Storage> allocate(std::size_t bytes);
@@ -124,6 +123,8 @@ class CudaStream : public detail::DeviceStream {
   void bind(StreamRef native) noexcept { native_ = native; }
 
   bool native_idle() const noexcept override;
+  bool may_be_captured() const noexcept override { return may_capture_.load(std::memory_order_relaxed); }
+  std::unique_ptr<detail::GraphRecorder> follow_native_capture() override;
   void check_submit() const override;
 
   // The engine's native interface, with CUDA calls.
@@ -164,8 +165,6 @@ class CudaStream : public detail::DeviceStream {
   // one always, an owned one once its handle was handed out. Only then does a submit ask CUDA
   // whether the stream is being captured (cudaStreamIsCapturing: ~0.1 µs on the H200).
   std::atomic<bool> may_capture_;
-  // Orders sync_native_capture's follow between threads issuing on the stream.
-  std::mutex follow_mu_;
   // The per-thread default stream is a different stream on each thread: a wrapper of it is
   // the one of the thread that made it, and only that thread may enqueue on it.
   const bool per_thread_;
