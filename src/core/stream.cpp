@@ -54,6 +54,9 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   nvtx::Scope range(name.c_str());
   Runtime::get().check_running();
   check_submit();
+  if (options.capture_epoch != 0 && options.capture_epoch != capture_epoch()) [[unlikely]] {
+    throw_capture_moved(name);
+  }
   if (in_capture()) [[unlikely]] {
     if (std::shared_ptr<CaptureState> c = capture()) {
       return c->add_op(*this, std::move(name), reads, writes, std::move(body), options);
@@ -87,6 +90,10 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   }
 
   std::lock_guard lock(submit_mu_);
+  // (Exactly here: a capture begins and ends under this lock.)
+  if (options.capture_epoch != 0 && options.capture_epoch != capture_epoch()) [[unlikely]] {
+    throw_capture_moved(work->name());
+  }
   // The number comes first: once the hazards below publish the work, other threads may
   // test it for completion.
   work->set_seq(++enqueued_);
@@ -136,6 +143,7 @@ void StreamState::begin_capture(std::shared_ptr<CaptureState> capture) {
     throw StateError(name() + " is captured already (" + capture_->str() +
                      "): end that capture first, or capture on another stream");
   }
+  capture_epoch_.fetch_add(1, std::memory_order_acq_rel);
   capture_native_.store(capture->native_stream(), std::memory_order_release);
   capture_ = std::move(capture);
   capturing_.store(true, std::memory_order_release);
@@ -146,9 +154,16 @@ Ref<Work> StreamState::end_capture(const CaptureState& capture) noexcept {
   std::lock_guard lock(submit_mu_);
   if (capture_.get() != &capture) return nullptr;
   ours = std::move(capture_);
+  capture_epoch_.fetch_add(1, std::memory_order_acq_rel);
   capturing_.store(false, std::memory_order_release);
   capture_native_.store(nullptr, std::memory_order_release);
   return last_;
+}
+
+void StreamState::throw_capture_moved(const std::string& op) const {
+  throw StateError(op + " on " + name() + ": a capture of the stream began or ended while the op "
+                   "was being issued (by another thread), so it was neither captured nor run; "
+                   "issue it again, and order issuing on a stream with its capture's begin and end");
 }
 
 void StreamState::sync_native_capture(bool join) {

@@ -70,6 +70,9 @@ struct LaunchOptions {
   Ref<Storage> keep;
   // The work keeps its parts' times for the profiler (Work::keeps_parts: a graph replay's).
   bool keeps_parts = false;
+  // The stream's capture_epoch() when the body was made, if the body is bound to it (0: not):
+  // a capture that began or ended since makes the launch a StateError, nothing run.
+  std::uint64_t capture_epoch = 0;
 };
 
 class StreamState : public std::enable_shared_from_this<StreamState> {
@@ -145,6 +148,10 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // stream that its ops' bodies launch on, and that native_handle() hands out (a backend's
   // answer for its own); else null.
   void* capture_native() const noexcept { return capture_native_.load(std::memory_order_acquire); }
+  // Moves on each time the stream begins or stops capturing, under its submit lock: a body
+  // made for one capture (its native stream) is never launched in another, or eagerly after
+  // it (LaunchOptions::capture_epoch). Read it before capture_native().
+  std::uint64_t capture_epoch() const noexcept { return capture_epoch_.load(std::memory_order_acquire); }
   // Makes the stream's work go to `capture` (CaptureState::begin and join call it).
   // InvalidArgument where the device cannot capture; StateError if the stream captures already.
   void begin_capture(std::shared_ptr<CaptureState> capture);
@@ -155,6 +162,8 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   // capture that other code has begun there is followed (CaptureState::follow), so that an
   // op issued now goes into that code's graph. Before an op (join), a marker or a wait.
   void sync_native_capture(bool join);
+  // The StateError of a launch whose body was made before the stream's capture began or ended.
+  [[noreturn]] void throw_capture_moved(const std::string& op) const;
   // If the stream captures: abandons the capture and throws, `call` being what cannot be
   // captured ("synchronize"); with owner_only, only on the thread that began the capture.
   enum class CaptureCaller { any_thread, owner_only };
@@ -209,6 +218,7 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
   std::shared_ptr<CaptureState> capture_;  // under submit_mu_
   std::atomic<bool> capturing_{false};
   std::atomic<void*> capture_native_{nullptr};
+  std::atomic<std::uint64_t> capture_epoch_{1};
   std::mutex follow_mu_;  // orders sync_native_capture's follow between threads
 };
 

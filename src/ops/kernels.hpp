@@ -57,6 +57,10 @@ struct Body {
   // The op's name where the kernel's choice shows in it ("matmul[tf32]"); null: the ops
   // layer's.
   const char* name = nullptr;
+  // A body bound to where the stream's work went when it was made (a GPU's: the native stream
+  // of a capture, or the stream's own) names that moment, StreamState::capture_epoch(); 0:
+  // a body that runs the same anywhere.
+  std::uint64_t capture_epoch = 0;
 };
 
 class Kernels {

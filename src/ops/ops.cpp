@@ -47,6 +47,7 @@ Ref<detail::Work> launch(StreamState& s, const char* name, std::span<TensorState
   detail::LaunchOptions options;
   options.keep = std::move(body.keep);
   options.overwrites = overwrites;
+  options.capture_epoch = body.capture_epoch;
   return s.launch(body.name ? body.name : name, reads, writes, std::move(body.run), options);
 }
 

@@ -4,14 +4,11 @@
 // do: these are the core's GPU-shaped paths (device-written timelines, held work, deferred
 // errors, late timings, sticky device errors) on a machine without a GPU.
 #include <future>
-#include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/device_stream.hpp"
-#include "core/tensor_state.hpp"
 #include "fake/fake_backend.hpp"
 #include "test_util.hpp"
 
@@ -469,145 +466,6 @@ TEST(FakeBackendTest, AListenerHasTheWatcherPublishAtItsNextLook) {
     EXPECT_EQ(fake::writes(s), 1u);
     fake::notify(s);
     EXPECT_EQ(called.get_future().wait_for(20s), std::future_status::ready);
-  });
-}
-
-// --- Other code's capture of a stream (core/capture.hpp, "Following other code's capture"):
-// the core's part, which a GPU's torch.cuda.graph takes, on the fake's native capture. ---
-
-// x = 1 and acc = 0, four floats each, made and run on `s`.
-std::pair<ev::Tensor, ev::Tensor> operands(const ev::Stream& s) {
-  ev::StreamGuard g(s);
-  ev::Tensor x = ev::full({4}, 1.0, ev::DType::f32, kFake0);
-  ev::Tensor acc = ev::zeros({4}, ev::DType::f32, kFake0);
-  fake::run(s);
-  x.wait();
-  acc.wait();
-  return {x, acc};
-}
-
-TEST(FakeBackendTest, OpsOnAStreamOtherCodeCapturesGoIntoItsGraphAndRunAtEachOfItsReplays) {
-  run_with_deadline([] {
-    ev::Stream s(kFake0);
-    auto [x, acc] = operands(s);
-    fake::begin_native_capture(s);
-    ev::Tensor y;
-    {
-      ev::StreamGuard g(s);
-      y = ev::add(x, x);          // made in the capture: that graph's
-      ev::add_out(acc, acc, y);   // from outside, written at each replay
-    }
-    EXPECT_EQ(fake::run(s), 0u) << "nothing was launched: the bodies went into the capture";
-    fake::NativeGraph graph = fake::end_native_capture(s);
-    EXPECT_EQ(graph.nodes(), 2u);
-    graph.replay();
-    graph.replay();
-    y.wait();  // the end is seen here: the capture Work finishes without error
-    EXPECT_EQ(y.error(), nullptr);
-    EXPECT_EQ(y.to_vector<float>(), std::vector<float>(4, 2.0f));
-    EXPECT_EQ(acc.to_vector<float>(), std::vector<float>(4, 4.0f));
-    {
-      ev::StreamGuard g(s);  // the stream works eagerly again
-      ev::add_out(acc, acc, x);
-    }
-    fake::run(s);
-    EXPECT_EQ(acc.to_vector<float>(), std::vector<float>(4, 5.0f));
-  });
-}
-
-TEST(FakeBackendTest, AFollowedCaptureIsSeenOverAtAPollAndAPollLoopEnds) {
-  run_with_deadline([] {
-    ev::Stream s(kFake0);
-    auto [x, acc] = operands(s);
-    fake::begin_native_capture(s);
-    ev::Tensor y;
-    {
-      ev::StreamGuard g(s);
-      y = ev::mul(x, x);
-    }
-    EXPECT_FALSE(y.ready()) << "captured work has not run";
-    fake::NativeGraph graph = fake::end_native_capture(s);
-    graph.replay();
-    // A poll may come from under any lock: the end goes to the dispatcher, and the loop ends.
-    const auto until = std::chrono::steady_clock::now() + 20s;
-    while (!y.ready() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-    EXPECT_TRUE(y.ready());
-    EXPECT_EQ(y.error(), nullptr);
-  });
-}
-
-TEST(FakeBackendTest, TheGraphKeepsWhatTheOpsUseUntilItGoes) {
-  run_with_deadline([] {
-    ev::Stream s(kFake0);
-    auto [x, acc] = operands(s);
-    std::weak_ptr<eventide::detail::TensorState> made;
-    std::optional<fake::NativeGraph> graph;
-    fake::begin_native_capture(s);
-    {
-      ev::StreamGuard g(s);
-      ev::Tensor y = ev::add(x, x);
-      made = y.state();
-      ev::add_out(acc, acc, y);
-    }  // y's handle goes
-    graph.emplace(fake::end_native_capture(s));
-    {
-      ev::StreamGuard g(s);
-      (void)ev::add(x, x);  // the stream sees the capture over
-    }
-    fake::run(s);
-    EXPECT_FALSE(made.expired()) << "the graph keeps the tensor it writes";
-    graph->replay();
-    EXPECT_EQ(acc.to_vector<float>(), std::vector<float>(4, 2.0f));
-    graph.reset();  // as CUDA does when the graph goes: let go on the dispatcher
-    const auto until = std::chrono::steady_clock::now() + 20s;
-    while (!made.expired() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-    EXPECT_TRUE(made.expired());
-  });
-}
-
-TEST(FakeBackendTest, WhatAFollowedCaptureCannotTakeIsRefusedBeforeItTouchesTheStream) {
-  run_with_deadline([] {
-    ev::Stream s(kFake0);
-    auto [x, acc] = operands(s);
-    // A marker before any op: refused by the stream, as a GPU stream refuses it.
-    fake::begin_native_capture(s);
-    ev::Event e;
-    EXPECT_THROW_MSG(e.record(s), ev::StateError, "captured by other code");
-    // eventide's work still held behind a gate: the graph could not wait for it.
-    ev::UserEvent gate;
-    ev::Stream held(kFake0);
-    held.wait(gate);
-    ev::Tensor busy;
-    {
-      ev::StreamGuard g(held);
-      busy = ev::add(x, x);
-    }
-    {
-      ev::StreamGuard g(s);
-      EXPECT_THROW_MSG(ev::add(busy, x), ev::StateError, "begun by other code", "add#", "wait for it");
-      // Abandoned: the stream's later calls there are refused until that capture ends.
-      EXPECT_THROW(ev::add(x, x), ev::StateError);
-    }
-    EXPECT_EQ(fake::end_native_capture(s).nodes(), 0u);
-    gate.set();
-    fake::run(held);
-    busy.wait();
-
-    // A host wait on captured work, and an event recorded in it: refused, and abandoning.
-    fake::begin_native_capture(s);
-    ev::Tensor y;
-    {
-      ev::StreamGuard g(s);
-      y = ev::add(x, x);
-      EXPECT_THROW_MSG(y.wait(), ev::StateError, "begun by other code", "host wait");
-    }
-    EXPECT_THROW(e.record(s), ev::StateError);
-    fake::NativeGraph graph = fake::end_native_capture(s);
-    EXPECT_EQ(graph.nodes(), 1u);
-    EXPECT_THROW(y.wait(), ev::StateError);  // abandoned: its tensors fail
-    e.record(s);  // over: the stream works again
-    fake::run(s);
-    e.wait();
   });
 }
 

@@ -19,6 +19,7 @@
 #include "core/backend.hpp"
 #include "core/device_stream.hpp"
 #include "core/graph_recorder.hpp"
+#include "fake/fake_capture.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
@@ -171,45 +172,6 @@ FakeTimeline::FakeTimeline(std::string name, FakeDevice& device)
 
 void FakeTimeline::await_timing(Work& work) { device_.await_timing(work); }
 
-}  // namespace
-
-// Other code's capture of a fake stream's native queue (begin_native_capture).
-struct NativeCapture {
-  std::atomic<bool> open{true};
-  std::mutex mu;
-  std::vector<detail::Callback> bodies;  // what it took, in order
-  detail::Callback release;              // the graph's keep: called when the graph goes
-};
-
-namespace {
-
-// Follows other code's capture of a fake stream: bodies are taken into it (core/graph_recorder.hpp).
-class FakeFollowingRecorder final : public detail::GraphRecorder {
- public:
-  FakeFollowingRecorder(std::shared_ptr<NativeCapture> capture, std::string stream)
-      : capture_(std::move(capture)), stream_(std::move(stream)) {}
-  void* native_stream() const noexcept override { return capture_.get(); }
-  void add(const std::string&, detail::Callback body) override {
-    if (!body) return;
-    std::lock_guard lock(capture_->mu);
-    capture_->bodies.push_back(std::move(body));
-  }
-  std::unique_ptr<detail::GraphStretch> cut(bool last) override {
-    if (last) return nullptr;
-    throw ev::StateError("the native capture of " + stream_ + " cannot be cut by eventide");
-  }
-  std::string follows() const override { return "native capture of " + stream_; }
-  bool still_open() const noexcept override { return capture_->open.load(std::memory_order_acquire); }
-  void keep_with_graph(detail::Callback release) override {
-    std::lock_guard lock(capture_->mu);
-    capture_->release = std::move(release);
-  }
-
- private:
-  std::shared_ptr<NativeCapture> capture_;
-  std::string stream_;
-};
-
 // A fake stream on the core's device-stream engine (core/device_stream.hpp), as a GPU's is:
 // the engine holds, launches, retires and abandons; what it launches goes into this stream's
 // native queue, which run() executes as the device would: a wait for another stream's work
@@ -306,7 +268,7 @@ class FakeStream final : public detail::DeviceStream {
   bool may_be_captured() const noexcept override { return may_be_captured_.load(std::memory_order_acquire); }
   std::unique_ptr<detail::GraphRecorder> follow_native_capture() override {
     std::shared_ptr<NativeCapture> open = open_capture();
-    return open ? std::make_unique<FakeFollowingRecorder>(std::move(open), name()) : nullptr;
+    return open ? follow_fake_capture(std::move(open), name()) : nullptr;
   }
   // As a GPU stream's: nothing but the ops of a stream that follows the capture goes there.
   void check_submit() const override {
@@ -544,23 +506,6 @@ void notify(const ev::Stream& stream) { fake(stream).turn(); }
 void begin_native_capture(const ev::Stream& stream) { fake(stream).begin_native_capture(); }
 NativeGraph end_native_capture(const ev::Stream& stream) { return NativeGraph(fake(stream).end_native_capture()); }
 
-NativeGraph::~NativeGraph() {
-  if (!capture_) return;
-  detail::Callback release;
-  {
-    std::lock_guard lock(capture_->mu);
-    release = std::move(capture_->release);
-  }
-  if (release) release();
-}
-std::size_t NativeGraph::nodes() const {
-  std::lock_guard lock(capture_->mu);
-  return capture_->bodies.size();
-}
-void NativeGraph::replay() const {
-  std::lock_guard lock(capture_->mu);
-  for (detail::Callback& body : capture_->bodies) body();
-}
 std::size_t writes(const ev::Stream& stream) { return fake(stream).writes(); }
 void look(const ev::Stream& stream) { fake(stream).look(); }
 std::size_t held(const ev::Stream& stream) { return fake(stream).held_count(); }

@@ -71,8 +71,8 @@ class CudaKernels final : public ops::Kernels {
     void* p = out.storage->data();
     const std::int64_t n = out.numel;
     const DType dtype = out.dtype;
-    cudaStream_t stream = as_cuda_stream(s).launch_handle();
-    return {.run = [=] { kernels::fill(p, n, dtype, value, stream); }};
+    const auto [stream, epoch] = as_cuda_stream(s).launch_target();
+    return {.run = [=] { kernels::fill(p, n, dtype, value, stream); }, .capture_epoch = epoch};
   }
 
   ops::Body random(StreamState& s, const TensorState& out, ops::RandomKind kind,
@@ -84,11 +84,12 @@ class CudaKernels final : public ops::Kernels {
     void* p = out.storage->data();
     const std::int64_t n = out.numel;
     const DType dtype = out.dtype;
-    cudaStream_t stream = as_cuda_stream(s).launch_handle();
+    const auto [stream, epoch] = as_cuda_stream(s).launch_target();
     return {.run = [=] {
-      kernels::random(p, n, dtype, normal ? kernels::Distribution::normal : kernels::Distribution::uniform,
-                      draw, stream);
-    }};
+              kernels::random(p, n, dtype, normal ? kernels::Distribution::normal : kernels::Distribution::uniform,
+                              draw, stream);
+            },
+            .capture_epoch = epoch};
   }
 
   ops::Body binary(StreamState& s, ops::BinaryOp op, const TensorState& a, const TensorState& b,
@@ -100,8 +101,8 @@ class CudaKernels final : public ops::Kernels {
     const std::int64_t n = out.numel;
     const DType dtype = out.dtype;
     const kernels::BinaryKind k = kind_of(op);
-    cudaStream_t stream = as_cuda_stream(s).launch_handle();
-    return {.run = [=] { kernels::binary(k, pa, pb, po, n, dtype, stream); }};
+    const auto [stream, epoch] = as_cuda_stream(s).launch_target();
+    return {.run = [=] { kernels::binary(k, pa, pb, po, n, dtype, stream); }, .capture_epoch = epoch};
   }
 
   ops::Body cast(StreamState& s, const TensorState& src, const TensorState& out) override {
@@ -110,8 +111,8 @@ class CudaKernels final : public ops::Kernels {
     void* po = out.storage->data();
     const std::int64_t n = out.numel;
     const DType from = src.dtype, to = out.dtype;
-    cudaStream_t stream = as_cuda_stream(s).launch_handle();
-    return {.run = [=] { kernels::cast(in, from, po, to, n, stream); }};
+    const auto [stream, epoch] = as_cuda_stream(s).launch_target();
+    return {.run = [=] { kernels::cast(in, from, po, to, n, stream); }, .capture_epoch = epoch};
   }
 
   ops::Body matmul(StreamState& s, const TensorState& a, const TensorState& b,
@@ -142,10 +143,11 @@ class CudaKernels final : public ops::Kernels {
     const DType dtype = a.dtype;
     const bool tf32 = allow_tf32() && dtype == DType::f32;
     const int index = device_.device().index();
-    cudaStream_t stream = cs.launch_handle();
+    const auto [stream, epoch] = cs.launch_target();
     return {.run = [=] { cuda::matmul(index, stream, pa, pb, po, shape, dtype, tf32, wp, wbytes); },
             .keep = std::move(ws),
-            .name = tf32 ? "matmul[tf32]" : nullptr};
+            .name = tf32 ? "matmul[tf32]" : nullptr,
+            .capture_epoch = epoch};
   }
 
   ops::Body upload(StreamState& s, const TensorState& out, const void* host) override {
@@ -155,9 +157,11 @@ class CudaKernels final : public ops::Kernels {
     const std::size_t bytes = out.nbytes();
     Ref<Storage> staging = allocate_pinned(bytes);
     if (bytes > 0) std::memcpy(staging->data(), host, bytes);
-    return {.run = copy_async(out.storage->data(), staging->data(), bytes, cudaMemcpyHostToDevice,
-                              as_cuda_stream(s).launch_handle(), out.device),
-            .keep = std::move(staging)};
+    const auto [stream, epoch] = as_cuda_stream(s).launch_target();
+    return {.run = copy_async(out.storage->data(), staging->data(), bytes, cudaMemcpyHostToDevice, stream,
+                              out.device),
+            .keep = std::move(staging),
+            .capture_epoch = epoch};
   }
 
   ops::Body write_words(StreamState& s, const TensorState& out, std::uint64_t first, std::uint64_t second) override {
@@ -188,16 +192,20 @@ class CudaKernels final : public ops::Kernels {
     // Into host memory that is pinned where it came from this device (allocate_host), so
     // that the copy is truly asynchronous.
     check_usable();
-    return {.run = copy_async(host.storage->data(), src.storage->data(), src.nbytes(),
-                              cudaMemcpyDeviceToHost, as_cuda_stream(s).launch_handle(), src.device)};
+    const auto [stream, epoch] = as_cuda_stream(s).launch_target();
+    return {.run = copy_async(host.storage->data(), src.storage->data(), src.nbytes(), cudaMemcpyDeviceToHost,
+                              stream, src.device),
+            .capture_epoch = epoch};
   }
 
   ops::Body upload_async(StreamState& s, const TensorState& host, const TensorState& out) override {
     // `host` may still be being written by host-side work (a cpu op staging it): the op is
     // held until that has finished (core/device_stream.hpp), then copied in stream order.
     check_usable();
-    return {.run = copy_async(out.storage->data(), host.storage->data(), out.nbytes(),
-                              cudaMemcpyHostToDevice, as_cuda_stream(s).launch_handle(), out.device)};
+    const auto [stream, epoch] = as_cuda_stream(s).launch_target();
+    return {.run = copy_async(out.storage->data(), host.storage->data(), out.nbytes(), cudaMemcpyHostToDevice,
+                              stream, out.device),
+            .capture_epoch = epoch};
   }
 
   bool copies_directly_to(Device to) const override { return to.is_cuda(); }
@@ -209,13 +217,15 @@ class CudaKernels final : public ops::Kernels {
     void* to = dst.storage->data();
     const void* from = src.storage->data();
     const std::size_t bytes = src.nbytes();
-    cudaStream_t h = as_cuda_stream(s).launch_handle();
+    const auto [h, epoch] = as_cuda_stream(s).launch_target();
     const int src_index = src.device.index(), dst_index = dst.device.index();
-    if (src_index == dst_index) return {.run = copy_async(to, from, bytes, cudaMemcpyDeviceToDevice, h, src.device)};
+    if (src_index == dst_index) {
+      return {.run = copy_async(to, from, bytes, cudaMemcpyDeviceToDevice, h, src.device), .capture_epoch = epoch};
+    }
     return {.run = [=] {
       check(cudaMemcpyPeerAsync(to, dst_index, from, src_index, bytes, h), "cudaMemcpyPeerAsync",
             [&] { return "(cuda:" + std::to_string(src_index) + " to cuda:" + std::to_string(dst_index) + ")"; });
-    }};
+    }, .capture_epoch = epoch};
   }
 
  private:

@@ -84,6 +84,16 @@ class CudaStream : public detail::DeviceStream {
     if (void* captured = capture_native()) [[unlikely]] return static_cast<cudaStream_t>(captured);
     return native_.get();
   }
+  // launch_handle() and the capture epoch it belongs to (ops::Body::capture_epoch), read first,
+  // so that a body made for a capture that has since ended is refused, not launched there.
+  struct LaunchTarget {
+    cudaStream_t stream;
+    std::uint64_t epoch;
+  };
+  LaunchTarget launch_target() const noexcept {
+    const std::uint64_t epoch = capture_epoch();
+    return {launch_handle(), epoch};
+  }
   // Device scratch memory of `bytes` for library calls on this stream (cuBLASLt), allocated
   // at first use and kept with the stream.
   detail::Ref<Storage> workspace(std::size_t bytes);
