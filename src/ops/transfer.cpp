@@ -44,6 +44,8 @@ Copy copy_between(Device from, Device to) {
   detail::DeviceContext& f = rt.context(from);
   detail::DeviceContext& i = rt.context(to);  // InvalidArgument if it is not here
   Copy c{f, i, kernels(f), rt.current_stream(from), rt.current_stream(to)};
+  // A copy within a device goes into other code's capture of its stream, as an op does.
+  if (from == to) c.src_stream->sync_native_capture(true);
   if (from != to) {
     for (StreamState* s : {c.src_stream.get(), c.dst_stream.get()}) {
       s->refuse_in_capture("a copy from " + from.str() + " to " + to.str() +

@@ -1,6 +1,7 @@
 // Following other code's capture of a stream (core/capture.hpp), the core's part, on the fake
 // device's native capture (tests/fake): what a GPU stream captured by torch.cuda.graph takes,
 // on the CPU and so under CI's sanitizers. The GPU's own part: cuda_interop_test.
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -152,6 +153,43 @@ TEST(FakeBackendTest, WhatAFollowedCaptureCannotTakeIsRefusedBeforeItTouchesTheS
     e.record(s);  // over: the stream works again
     fake::run(s);
     e.wait();
+  });
+}
+
+TEST(FakeCaptureRaceTest, OpsRacingOtherCodesCaptureBeginAndEndAreCapturedRunOrRefused) {
+  run_with_deadline([] {
+    ev::Stream s(kFake0);
+    auto [x, acc] = operands(s);
+    std::atomic<bool> stop{false};
+    std::atomic<int> refused{0};
+    std::vector<ev::Tensor> made;
+    std::thread issuer([&] {
+      ev::StreamGuard g(s);
+      while (!stop.load()) {
+        try {
+          made.push_back(ev::add(x, x));
+        } catch (const ev::StateError&) {
+          refused.fetch_add(1);  // abandoned, or the capture moved while the op was issued
+        }
+      }
+    });
+    std::vector<fake::NativeGraph> graphs;
+    for (int round = 0; round < 200; ++round) {
+      fake::begin_native_capture(s);
+      std::this_thread::yield();
+      graphs.push_back(fake::end_native_capture(s));
+      fake::run(s);
+    }
+    stop.store(true);
+    issuer.join();
+    for (const fake::NativeGraph& graph : graphs) graph.replay();
+    fake::run(s);
+    // Every op issued is finished (captured: its capture is over; eager: run), none hangs.
+    for (const ev::Tensor& t : made) {
+      if (t.error()) continue;
+      while (!t.wait_for(10ms)) fake::run(s);
+    }
+    graphs.clear();  // what the graphs kept goes on the dispatcher
   });
 }
 
