@@ -20,6 +20,7 @@
 namespace ev = eventide;
 namespace kernels = eventide::backends::cuda::kernels;
 using namespace std::chrono_literals;
+using eventide_test::poll_until;
 using eventide_test::run_with_deadline;
 
 namespace {
@@ -186,6 +187,21 @@ struct RawGraph {
   }
 };
 
+// A stream of the user's, wrapped, and x = 1 (256 floats), finished.
+struct UserStream {
+  RawStream user;
+  ev::Stream wrapped = ev::Stream::from_native(kGpu, user.s);
+  ev::Tensor x = ev::ones({256}, ev::DType::f32, kGpu);
+  UserStream() { x.wait(); }
+};
+
+// What `issue()` returns, issued with `s` current.
+template <class F>
+auto on(const ev::Stream& s, F&& issue) {
+  ev::StreamGuard g(s);
+  return issue();
+}
+
 // Ends the capture of `s` into `g` and instantiates it (as torch.cuda.graph's exit does).
 void end_capture(cudaStream_t s, RawGraph& g) {
   CUDA_OK(cudaStreamEndCapture(s, &g.graph));
@@ -276,26 +292,17 @@ TEST(CudaInteropTest, OpsOnAStreamOtherCodeCapturesGoIntoItsGraphAndRunAtEachOfI
 TEST(CudaInteropTest, AFollowedCaptureEndsAtAWaitOrAPollAndItsTensorsAreThenFinished) {
   REQUIRE_GPU();
   run_with_deadline([] {
-    RawStream user;
-    ev::Stream wrapped = ev::Stream::from_native(kGpu, user.s);
-    ev::Tensor x = ev::ones({256}, ev::DType::f32, kGpu);
-    x.wait();
+    UserStream u;
     for (const bool by_poll : {false, true}) {
-      CUDA_OK(cudaStreamBeginCapture(user.s, cudaStreamCaptureModeGlobal));
-      ev::Tensor y;
-      {
-        ev::StreamGuard g(wrapped);
-        y = ev::mul(x, x);
-      }
+      CUDA_OK(cudaStreamBeginCapture(u.user.s, cudaStreamCaptureModeGlobal));
+      ev::Tensor y = on(u.wrapped, [&] { return ev::mul(u.x, u.x); });
       EXPECT_FALSE(y.ready()) << "captured work has not run";
       RawGraph graph;
-      end_capture(user.s, graph);
-      CUDA_OK(cudaGraphLaunch(graph.exec, user.s));
+      end_capture(u.user.s, graph);
+      CUDA_OK(cudaGraphLaunch(graph.exec, u.user.s));
       if (by_poll) {
         // Seen at a poll (the end goes to the dispatcher): a poll loop ends.
-        const auto until = std::chrono::steady_clock::now() + 20s;
-        while (!y.ready() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-        EXPECT_TRUE(y.ready());
+        EXPECT_TRUE(poll_until([&] { return y.ready(); }));
       } else {
         y.wait();  // seen at the wait: the capture is over
       }
@@ -307,30 +314,23 @@ TEST(CudaInteropTest, AFollowedCaptureEndsAtAWaitOrAPollAndItsTensorsAreThenFini
 TEST(CudaInteropTest, WhatAFollowedCaptureCannotTakeIsRefusedAndThatCaptureStaysValid) {
   REQUIRE_GPU();
   run_with_deadline([] {
-    RawStream user;
-    ev::Stream wrapped = ev::Stream::from_native(kGpu, user.s);
-    ev::Tensor x = ev::ones({256}, ev::DType::f32, kGpu);
-    x.wait();
+    UserStream u;
+    ev::Stream& wrapped = u.wrapped;
+    const ev::Tensor& x = u.x;
+    cudaStream_t user = u.user.s;
     // Eventide's work still running (held behind a gate) cannot be waited for by the graph.
     ev::UserEvent gate;
     ev::Stream held(kGpu);
     held.wait(gate);
-    ev::Tensor busy;
-    {
-      ev::StreamGuard g(held);
-      busy = ev::add(x, x);
-    }
-    CUDA_OK(cudaStreamBeginCapture(user.s, cudaStreamCaptureModeGlobal));
-    {
-      ev::StreamGuard g(wrapped);
-      EXPECT_THROW(ev::add(busy, x), ev::StateError);
-    }
+    ev::Tensor busy = on(held, [&] { return ev::add(x, x); });
+    CUDA_OK(cudaStreamBeginCapture(user, cudaStreamCaptureModeGlobal));
+    EXPECT_THROW(on(wrapped, [&] { return ev::add(busy, x); }), ev::StateError);
     gate.set();
     RawGraph first;
-    end_capture(user.s, first);  // valid: nothing was done to the stream
+    end_capture(user, first);  // valid: nothing was done to the stream
     busy.wait();
 
-    CUDA_OK(cudaStreamBeginCapture(user.s, cudaStreamCaptureModeGlobal));
+    CUDA_OK(cudaStreamBeginCapture(user, cudaStreamCaptureModeGlobal));
     ev::Tensor y;
     {
       ev::StreamGuard g(wrapped);
@@ -343,9 +343,9 @@ TEST(CudaInteropTest, WhatAFollowedCaptureCannotTakeIsRefusedAndThatCaptureStays
       EXPECT_THROW(e.record(wrapped), ev::StateError);
     }
     RawGraph second;
-    end_capture(user.s, second);
-    CUDA_OK(cudaGraphLaunch(second.exec, user.s));
-    CUDA_OK(cudaStreamSynchronize(user.s));
+    end_capture(user, second);
+    CUDA_OK(cudaGraphLaunch(second.exec, user));
+    CUDA_OK(cudaStreamSynchronize(user));
     EXPECT_THROW(y.wait(), ev::StateError);
     {
       ev::StreamGuard g(wrapped);

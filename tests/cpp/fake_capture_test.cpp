@@ -31,6 +31,13 @@ std::pair<ev::Tensor, ev::Tensor> operands(const ev::Stream& s) {
   return {x, acc};
 }
 
+// What `issue()` returns, issued with `s` current.
+template <class F>
+auto on(const ev::Stream& s, F&& issue) {
+  ev::StreamGuard g(s);
+  return issue();
+}
+
 TEST(FakeBackendTest, OpsOnAStreamOtherCodeCapturesGoIntoItsGraphAndRunAtEachOfItsReplays) {
   run_with_deadline([] {
     ev::Stream s(kFake0);
@@ -65,18 +72,12 @@ TEST(FakeBackendTest, AFollowedCaptureIsSeenOverAtAPollAndAPollLoopEnds) {
     ev::Stream s(kFake0);
     auto [x, acc] = operands(s);
     fake::begin_native_capture(s);
-    ev::Tensor y;
-    {
-      ev::StreamGuard g(s);
-      y = ev::mul(x, x);
-    }
+    ev::Tensor y = on(s, [&] { return ev::mul(x, x); });
     EXPECT_FALSE(y.ready()) << "captured work has not run";
     fake::NativeGraph graph = fake::end_native_capture(s);
     graph.replay();
     // A poll may come from under any lock: the end goes to the dispatcher, and the loop ends.
-    const auto until = std::chrono::steady_clock::now() + 20s;
-    while (!y.ready() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-    EXPECT_TRUE(y.ready());
+    EXPECT_TRUE(poll_until([&] { return y.ready(); }));
     EXPECT_EQ(y.error(), nullptr);
   });
 }
@@ -95,18 +96,13 @@ TEST(FakeBackendTest, TheGraphKeepsWhatTheOpsUseUntilItGoes) {
       ev::add_out(acc, acc, y);
     }  // y's handle goes
     graph.emplace(fake::end_native_capture(s));
-    {
-      ev::StreamGuard g(s);
-      (void)ev::add(x, x);  // the stream sees the capture over
-    }
+    (void)on(s, [&] { return ev::add(x, x); });  // the stream sees the capture over
     fake::run(s);
     EXPECT_FALSE(made.expired()) << "the graph keeps the tensor it writes";
     graph->replay();
     EXPECT_EQ(acc.to_vector<float>(), std::vector<float>(4, 2.0f));
     graph.reset();  // as CUDA does when the graph goes: let go on the dispatcher
-    const auto until = std::chrono::steady_clock::now() + 20s;
-    while (!made.expired() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-    EXPECT_TRUE(made.expired());
+    EXPECT_TRUE(poll_until([&] { return made.expired(); })) << "the tensor the graph kept is let go";
   });
 }
 
@@ -122,11 +118,7 @@ TEST(FakeBackendTest, WhatAFollowedCaptureCannotTakeIsRefusedBeforeItTouchesTheS
     ev::UserEvent gate;
     ev::Stream held(kFake0);
     held.wait(gate);
-    ev::Tensor busy;
-    {
-      ev::StreamGuard g(held);
-      busy = ev::add(x, x);
-    }
+    ev::Tensor busy = on(held, [&] { return ev::add(x, x); });
     {
       ev::StreamGuard g(s);
       EXPECT_THROW_MSG(ev::add(busy, x), ev::StateError, "begun by other code", "add#", "wait for it");

@@ -199,6 +199,18 @@ inline bool wait_for_count(const std::atomic<int>& count, int want,
   return true;
 }
 
+// Polls until `done()`, up to `timeout`: whether it became true. For what only a poll moves
+// on (a tensor's ready(), which a poll loop must see become true).
+template <class F>
+bool poll_until(F&& done, std::chrono::nanoseconds timeout = std::chrono::seconds(20)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 // A counter callbacks hold by shared_ptr, so that a late (or extra) call never touches the
 // stack of a test that has already returned.
 using SharedCount = std::shared_ptr<std::atomic<int>>;

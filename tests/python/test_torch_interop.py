@@ -264,23 +264,29 @@ def test_eventide_work_beside_a_torch_graph_capture_keeps_it_valid():
     assert x.tolist() == [4.0] * 256  # two replays of two captured adds
 
 
-@needs_torch
-def test_eventide_ops_on_torchs_capturing_stream_run_at_each_replay_of_torchs_graph():
-    # torch.cuda.graph's pattern: a static input refreshed on the replay's stream, replays,
-    # a static output read after them. eventide's ops issued on torch's capturing stream go
-    # into torch's graph.
-    static_in = ev.full(256, 1.0, device=GPU)
-    acc = ev.zeros(256, device=GPU)
+def capture_in_torch(issue):
+    """torch.cuda.graph of t += 1, then `issue()` on torch's capturing stream, then t += 1:
+    (the graph, t, what issue returned)."""
     t = torch.zeros(256, device="cuda")
     ev.synchronize(GPU)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         t.add_(1)
         with ev.stream(torch.cuda.current_stream()):
-            doubled = static_in + static_in  # made in the capture: memory of torch's graph
-            ev.add(acc, doubled, out=acc)
-        del doubled  # torch's graph keeps that memory
+            made = issue()
         t.add_(1)
+    return g, t, made
+
+
+@needs_torch
+def test_eventide_ops_on_torchs_capturing_stream_run_at_each_replay_of_torchs_graph():
+    # torch.cuda.graph's pattern: a static input refreshed on the replay's stream, replays,
+    # a static output read after them. eventide's ops issued on torch's capturing stream go
+    # into torch's graph; the sum made in the capture is memory of torch's graph, which keeps
+    # it after its handle goes (here at once).
+    static_in = ev.full(256, 1.0, device=GPU)
+    acc = ev.zeros(256, device=GPU)
+    g, t, _ = capture_in_torch(lambda: ev.add(acc, static_in + static_in, out=acc))
     assert acc.numpy().tolist() == [0.0] * 256  # nothing ran in the capture
     for _ in range(3):
         g.replay()
@@ -302,18 +308,16 @@ def test_eventide_ops_on_torchs_capturing_stream_run_at_each_replay_of_torchs_gr
 @needs_torch
 def test_in_torchs_capture_what_cannot_be_put_in_its_graph_is_refused_and_its_capture_replays():
     x = ev.ones(256, device=GPU)
-    t = torch.zeros(256, device="cuda")
-    ev.synchronize(GPU)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        t.add_(1)
-        with ev.stream(torch.cuda.current_stream()):
-            y = x + x
-            with pytest.raises(ev.EventStateError, match="other code"):
-                ev.rand(4, device=GPU)  # each replay of torch's graph would draw the same numbers
-            with pytest.raises(ev.EventStateError, match="other code"):
-                y.wait()  # captured work has not run
-        t.add_(1)
+
+    def issue():
+        y = x + x
+        with pytest.raises(ev.EventStateError, match="other code"):
+            ev.rand(4, device=GPU)  # each replay of torch's graph would draw the same numbers
+        with pytest.raises(ev.EventStateError, match="other code"):
+            y.wait()  # captured work has not run
+        return y
+
+    g, t, y = capture_in_torch(issue)
     g.replay()
     torch.cuda.synchronize()
     assert t.tolist() == [2.0] * 256
