@@ -105,7 +105,18 @@ void CudaStream::check_not_capturing() const {
 }
 
 std::unique_ptr<detail::GraphRecorder> CudaStream::follow_native_capture() {
-  return follow_cuda_capture(device(), native_.get(), name());
+  std::unique_ptr<detail::GraphRecorder> recorder = follow_cuda_capture(device(), native_.get(), name());
+  if (recorder && !owner_.started()) {
+    // eventide's start-up on the device (CUPTI, its kernels' code) waits for the device to be
+    // idle, which a capture forbids; a kernel loaded lazily in the capture would too. Refused
+    // before anything touches the stream.
+    throw StateError("the " + recorder->follows() + ", begun by other code: eventide has not "
+                     "started on " + device().str() + " yet (its first use there is in this "
+                     "capture, and its start-up waits for the device, which a capture forbids); "
+                     "issue an eventide op on " + device().str() + " and wait for it before the "
+                     "capture, as the warm-up torch.cuda.graph asks for");
+  }
+  return recorder;
 }
 
 Ref<Storage> CudaStream::allocate(std::size_t bytes) {
