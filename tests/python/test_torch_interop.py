@@ -325,6 +325,34 @@ def test_in_torchs_capture_what_cannot_be_put_in_its_graph_is_refused_and_its_ca
         y.wait()  # abandoned by the refusal: it says so
 
 
+_FIRST_USE_IN_A_CAPTURE = r"""
+import torch
+import eventide as ev
+t = torch.zeros(256, device="cuda")
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    t.add_(1)
+    try:
+        with ev.stream(torch.cuda.current_stream()):
+            ev.ones(4, device="cuda:0")  # eventide's first use of the device
+        raise SystemExit("not refused")
+    except ev.EventStateError as e:
+        assert "has not started" in str(e), str(e)
+    t.add_(1)
+g.replay()
+torch.cuda.synchronize()
+assert t.tolist() == [2.0] * 256  # torch's capture stayed valid
+"""
+
+
+@needs_torch
+@pytest.mark.time_limit(120)
+def test_eventide_first_used_inside_torchs_capture_refuses_and_the_capture_replays():
+    out = subprocess.run([sys.executable, "-c", _FIRST_USE_IN_A_CAPTURE], env=child_env(), capture_output=True,
+                         text=True, timeout=100)
+    assert out.returncode == 0, out.stderr + out.stdout
+
+
 # --- 5. No drain at the first eventide op -----------------------------------------------------
 
 _FIRST_OP = r"""
