@@ -154,19 +154,24 @@ TEST(FakeCaptureRaceTest, OpsRacingOtherCodesCaptureBeginAndEndAreCapturedRunOrR
     auto [x, acc] = operands(s);
     std::atomic<bool> stop{false};
     std::atomic<int> refused{0};
+    std::atomic<int> issued{0};
     std::vector<ev::Tensor> made;
     std::thread issuer([&] {
       ev::StreamGuard g(s);
       while (!stop.load()) {
+        issued.fetch_add(1);
         try {
           made.push_back(ev::add(x, x));
         } catch (const ev::StateError&) {
-          refused.fetch_add(1);  // abandoned, or the capture moved while the op was issued
+          // The capture began or ended while the op was issued (its body, bound to where the
+          // stream's work went, is then neither captured nor run).
+          refused.fetch_add(1);
         }
       }
     });
     std::vector<fake::NativeGraph> graphs;
-    for (int round = 0; round < 200; ++round) {
+    // Until the other thread has issued 400 ops across the captures' begins and ends.
+    for (int round = 0; issued.load() < 400 && round < 1'000'000; ++round) {
       fake::begin_native_capture(s);
       std::this_thread::yield();
       graphs.push_back(fake::end_native_capture(s));

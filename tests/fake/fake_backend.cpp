@@ -363,8 +363,11 @@ class FakeKernels final : public eventide::ops::Kernels {
               const eventide::ops::ReserveRandom&) override {
     unsupported("rand");
   }
-  Body binary(StreamState&, eventide::ops::BinaryOp op, const TensorState& a, const TensorState& b,
+  // Bound to where the stream's work went when it was made (ops::Body::capture_epoch), as a
+  // GPU's body is bound to the native stream it launches on.
+  Body binary(StreamState& s, eventide::ops::BinaryOp op, const TensorState& a, const TensorState& b,
               const TensorState& out) override {
+    const std::uint64_t epoch = s.capture_epoch();
     check();
     if (out.dtype != ev::DType::f32) unsupported("arithmetic on a non-f32 tensor");
     auto* pa = static_cast<const float*>(a.storage->data());
@@ -376,7 +379,7 @@ class FakeKernels final : public eventide::ops::Kernels {
       for (std::int64_t i = 0; i < n; ++i) {
         po[i] = op == Op::add ? pa[i] + pb[i] : op == Op::sub ? pa[i] - pb[i] : op == Op::mul ? pa[i] * pb[i] : pa[i] / pb[i];
       }
-    }};
+    }, .capture_epoch = epoch};
   }
   Body matmul(StreamState&, const TensorState&, const TensorState&, const TensorState&) override {
     unsupported("matmul");
