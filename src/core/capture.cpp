@@ -300,7 +300,6 @@ Ref<Work> CaptureState::add_op(StreamState& stream, std::string name, std::span<
   // Everything the node touches is the graph's to keep, its memory out of stream-ordered reuse.
   auto keep = [&](TensorState* t, std::vector<std::shared_ptr<TensorState>>& into) {
     t->storage->mark_escaped();
-    if (followed_ && &into == &graph_->writes_) t->storage->mark_in_other_graph();
     if (find_tensor(into, *t) == into.size()) into.push_back(t->shared_from_this());
   };
   for (TensorState* t : reads) {
@@ -311,6 +310,7 @@ Ref<Work> CaptureState::add_op(StreamState& stream, std::string name, std::span<
     // failure is the replay's (only the graph's own tensors are overwritten whole).
     if (find_tensor(own_, *t) == own_.size()) keep(t, graph_->reads_);
     keep(t, graph_->writes_);
+    if (followed_) t->storage->mark_in_other_graph();  // rewritten at that code's replays
   }
   std::size_t index = 0;
   while (index < streams_.size() && streams_[index].lock().get() != &stream) ++index;

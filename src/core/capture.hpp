@@ -50,9 +50,9 @@
 // - the capture's end is seen late: at the stream's next op, marker or wait, at a host wait
 //   on captured work, at a poll of it (posted to the device's dispatcher) or when the graph
 //   is gone. The capture Work then finishes without error (what it stood for, the capture, is
-//   over; the replays are the other code's work, which its own events and synchronize cover),
-//   and the memory the graph writes is marked Storage::in_other_graph, so that reading it on
-//   the host waits for all work on the device first, the latest replay's included.
+//   over; the replays are the other code's work, which its own events and synchronize cover).
+//   The memory the graph writes is marked Storage::in_other_graph as it is captured, so that
+//   reading it on the host waits for all work on the device first, the latest replay's included.
 //
 // Thread-safety: CaptureState's members take its own lock, a leaf but for what a stream calls
 // under its submit lock (stream lock before capture lock). What goes to the recorder (a body,

@@ -54,11 +54,10 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   nvtx::Scope range(name.c_str());
   Runtime::get().check_running();
   check_submit();
-  if (options.capture_epoch != 0 && options.capture_epoch != capture_epoch()) [[unlikely]] {
-    throw_capture_moved(name);
-  }
   if (in_capture()) [[unlikely]] {
     if (std::shared_ptr<CaptureState> c = capture()) {
+      // (A capture that ends from here on refuses the op itself: CaptureState::add_op.)
+      if (options.capture_epoch != 0 && options.capture_epoch != capture_epoch()) throw_capture_moved(name);
       return c->add_op(*this, std::move(name), reads, writes, std::move(body), options);
     }
   }
@@ -90,7 +89,8 @@ Ref<Work> StreamState::launch(std::string name, std::span<TensorState* const> re
   }
 
   std::lock_guard lock(submit_mu_);
-  // (Exactly here: a capture begins and ends under this lock.)
+  // A body made in a capture that has since ended, or before one that has begun (exactly
+  // here: a capture begins and ends under this lock).
   if (options.capture_epoch != 0 && options.capture_epoch != capture_epoch()) [[unlikely]] {
     throw_capture_moved(work->name());
   }

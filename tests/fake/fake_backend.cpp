@@ -18,13 +18,12 @@
 
 #include "core/backend.hpp"
 #include "core/device_stream.hpp"
-#include "core/graph_recorder.hpp"
-#include "fake/fake_capture.hpp"
 #include "core/runtime_lock.hpp"
 #include "core/stream_state.hpp"
 #include "core/tensor_state.hpp"
 #include "core/timeline.hpp"
 #include "core/work.hpp"
+#include "fake/fake_capture.hpp"
 #include "ops/kernels.hpp"
 
 namespace eventide_fake {
@@ -508,7 +507,6 @@ std::size_t run(const ev::Stream& stream, std::size_t max, Progress progress) {
 void notify(const ev::Stream& stream) { fake(stream).turn(); }
 void begin_native_capture(const ev::Stream& stream) { fake(stream).begin_native_capture(); }
 NativeGraph end_native_capture(const ev::Stream& stream) { return NativeGraph(fake(stream).end_native_capture()); }
-
 std::size_t writes(const ev::Stream& stream) { return fake(stream).writes(); }
 void look(const ev::Stream& stream) { fake(stream).look(); }
 std::size_t held(const ev::Stream& stream) { return fake(stream).held_count(); }

@@ -75,7 +75,6 @@ void set_clock(eventide::Device device, std::int64_t now_ns, std::int64_t step_n
 // `message`, and so does every later one.
 void fail_device(eventide::Device device, const std::string& message);
 
-
 // Other code's capture of `stream`'s native queue (see the header comment). StateError if
 // one is open there already.
 void begin_native_capture(const eventide::Stream& stream);
@@ -86,7 +85,6 @@ class NativeGraph {
  public:
   explicit NativeGraph(std::shared_ptr<NativeCapture> capture) noexcept : capture_(std::move(capture)) {}
   NativeGraph(NativeGraph&&) noexcept = default;
-  NativeGraph& operator=(NativeGraph&&) noexcept = default;
   // Lets go what the graph kept (eventide's CaptureState, released on the dispatcher).
   ~NativeGraph();
   std::size_t nodes() const;
